@@ -1,0 +1,4 @@
+"""WSGI entry point: ``gunicorn 'app:app'`` or ``flask --app app``."""
+from queuelog import create_app
+
+app = create_app()

@@ -1,0 +1,55 @@
+"""queuelog: a persistent background job queue with an HTTP API and a browser dashboard."""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+import threading
+from typing import Any
+
+from flask import Flask
+
+TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                         "templates")
+
+
+def create_app(test_config: dict[str, Any] | None = None) -> Flask:
+    """Build the app: config, store, auth, blueprints, dashboard, CLI."""
+    app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
+    os.makedirs(app.instance_path, exist_ok=True)
+
+    from . import auth, cli, config, errors, store
+    config.load(app, test_config)
+    errors.init_app(app)
+    store.init_app(app)
+    auth.init_app(app)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions["queuelog.wakeup"] = threading.Condition()
+
+    from .api import admin, producer, read, worker
+    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp):
+        app.register_blueprint(blueprint)
+    from . import ui
+    ui.init_app(app)
+    cli.init_app(app)
+
+    if app.config["BOOTSTRAP_ADMIN"]:
+        bootstrap_admin(app)
+    return app
+
+
+def bootstrap_admin(app: Flask) -> str | None:
+    """Create user ``admin`` with a random password when no user exists; print it once."""
+    from .auth import hash_password
+    from .store import get_store
+    with app.app_context():
+        accounts = get_store().accounts
+        if accounts.has_users():
+            return None
+        password = secrets.token_urlsafe(18)
+        if not accounts.create_first_user("admin", hash_password(password), "admin"):
+            return None  # another process won the race and printed its own
+    print(f"queuelog: created user 'admin' with password: {password}\n"
+          "queuelog: it is shown only this once; sign in at /ui/ and keep it safe.",
+          file=sys.stderr, flush=True)
+    return password

@@ -1,0 +1,144 @@
+"""The ``queuelog`` command line: a Flask command group bound to the app."""
+from __future__ import annotations
+
+import re
+import sys
+
+import click
+from flask import Flask
+from flask.cli import FlaskGroup
+
+from .auth import KEY_ROLES, USER_ROLES, hash_password
+from .errors import Conflict
+from .jobs import FINISHED, Priority, Status, isoformat
+from .store import get_store
+
+_DURATION = re.compile(r"^(\d{1,9})([smhdw])$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+
+
+def parse_duration(text: str) -> int:
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` as seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration like 30m, 12h, 7d or 2w")
+    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+@click.command("init-db")
+def init_db() -> None:
+    """Create or upgrade the schema (also done on every start)."""
+    get_store().create_schema()
+    click.echo("Schema is up to date.")
+
+
+@click.group("keys")
+def keys() -> None:
+    """Create, list and revoke API keys."""
+
+
+@keys.command("create")
+@click.option("--name", required=True, help="The key's name; for a worker, its identity.")
+@click.option("--role", required=True, type=click.Choice(KEY_ROLES))
+@click.option("--types", default=None, help="Comma-separated job types this key may use.")
+@click.option("--max-priority", default="medium", show_default=True,
+              type=click.Choice([p.label for p in Priority]),
+              help="Highest priority a producer key may enqueue at.")
+def keys_create(name: str, role: str, types: str | None, max_priority: str) -> None:
+    """Create a key and print its token (last line); the token is not shown again."""
+    from flask import current_app
+    name = name.strip()
+    if not 1 <= len(name) <= 100 or not name.isprintable():
+        raise click.BadParameter("must be 1 to 100 printable characters", param_hint="--name")
+    type_list = None
+    if types is not None:
+        type_list = [t.strip() for t in types.split(",") if t.strip()]
+        unknown = sorted(set(type_list) - set(current_app.config["JOB_TYPES"]))
+        if unknown or not type_list:
+            raise click.BadParameter(f"unknown job types: {', '.join(unknown) or '(none given)'}",
+                                     param_hint="--types")
+    try:
+        key, token = get_store().accounts.create_key(
+            name, role, types=type_list, max_priority=int(Priority.from_label(max_priority)))
+    except Conflict as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"Created {key.role} key {key.name!r}. Its token, shown only now:", err=True)
+    click.echo(token)
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """List keys without their secrets."""
+    rows = get_store().accounts.list_keys()
+    click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
+               f"{'CREATED':<28} STATUS")
+    for k in rows:
+        status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
+        click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
+                   f"{Priority.from_value(k.max_priority).label:<13} "
+                   f"{isoformat(k.created_at):<28} {status}")
+
+
+@keys.command("revoke")
+@click.argument("name")
+def keys_revoke(name: str) -> None:
+    """Revoke the active key NAME; it stops working at once."""
+    if not get_store().accounts.revoke_key(name):
+        raise click.ClickException(f"No active key named {name!r}.")
+    click.echo(f"Revoked key {name!r}.")
+
+
+@click.group("users")
+def users() -> None:
+    """Manage the people who sign in to the dashboard."""
+
+
+@users.command("create")
+@click.argument("username")
+@click.option("--role", required=True, type=click.Choice(USER_ROLES))
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+def users_create(username: str, role: str, password_stdin: bool) -> None:
+    """Add a person who signs in with USERNAME and a password."""
+    if not 1 <= len(username) <= 100 or ":" in username or not username.isprintable():
+        raise click.BadParameter("must be 1 to 100 printable characters without ':'",
+                                 param_hint="USERNAME")
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if len(password) < 8:
+        raise click.ClickException("The password must have at least 8 characters.")
+    try:
+        get_store().accounts.create_user(username, hash_password(password), role)
+    except Conflict as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"Created {role} {username!r}.")
+
+
+@click.command("purge")
+@click.option("--older-than", "older_than", required=True,
+              help="Delete jobs finished longer ago than this (30m, 12h, 7d, 2w).")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice([s.value for s in FINISHED]),
+              help="Only these finished statuses (repeatable); default all finished.")
+def purge(older_than: str, statuses: tuple[str, ...]) -> None:
+    """Delete finished jobs past retention, with their history, in small batches."""
+    seconds = parse_duration(older_than)
+    chosen = [Status(s) for s in statuses] or list(FINISHED)
+    deleted = get_store().purge(seconds * 1_000_000, chosen)
+    click.echo(f"Deleted {deleted} job(s).")
+
+
+def init_app(app: Flask) -> None:
+    """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
+    for command in (init_db, keys, users, purge):
+        app.cli.add_command(command)
+
+
+def _create_app() -> Flask:
+    from . import create_app
+    return create_app()
+
+
+main = FlaskGroup(name="queuelog", create_app=_create_app,
+                  help="queuelog: a persistent job queue with an HTTP API and a dashboard.")

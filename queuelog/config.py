@@ -1,0 +1,69 @@
+"""Configuration defaults and the loading order: defaults, instance/config.py, QUEUELOG_* env."""
+from __future__ import annotations
+
+import os
+import secrets
+from typing import Any
+
+from flask import Flask
+
+DEFAULTS: dict[str, Any] = {
+    "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},
+    "MAX_PAYLOAD_BYTES": 65536,
+    "MAX_CONTENT_LENGTH": 1048576,
+    "MAX_ERROR_BYTES": 8192,
+    "LEASE_SECONDS": 300,
+    "RETRY_BACKOFF_SECONDS": 2,
+    "RETRY_BACKOFF_MAX_SECONDS": 3600,
+    "SQLITE_SYNCHRONOUS": "FULL",
+    "DEFAULT_MAX_RETRIES": 3,
+    "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
+    "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
+    "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
+}
+
+
+def load(app: Flask, test_config: dict[str, Any] | None) -> None:
+    """Fill ``app.config`` in order: defaults, instance config, environment, test config."""
+    app.config.from_mapping(DEFAULTS)
+    app.config["DATABASE_URL"] = "sqlite:///" + os.path.join(app.instance_path,
+                                                            "queuelog.sqlite3")
+    if test_config is None:
+        app.config.from_pyfile("config.py", silent=True)
+        app.config.from_prefixed_env("QUEUELOG")
+    else:
+        app.config.from_mapping(test_config)
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = instance_secret(app.instance_path)
+    check(app.config)
+
+
+def instance_secret(instance_path: str) -> str:
+    """Read the instance's secret key, creating it once (race-free across processes)."""
+    path = os.path.join(instance_path, "secret_key")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        with open(path, encoding="ascii") as fh:
+            key = fh.read().strip()
+        if key:
+            return key
+        raise RuntimeError(f"{path} is empty; delete it to have a new key generated")
+    key = secrets.token_hex(32)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(key + "\n")
+    return key
+
+
+def check(config: Any) -> None:
+    """Fail at start-up, not at the first request, on a config that cannot work."""
+    types = config["JOB_TYPES"]
+    if not isinstance(types, dict) or not types:
+        raise ValueError("JOB_TYPES must be a non-empty mapping of type name to options")
+    allowed = {"max_retries", "lease_seconds", "max_payload_bytes"}
+    for name, opts in types.items():
+        if not isinstance(opts, dict) or set(opts) - allowed:
+            raise ValueError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
+    for key in ("MAX_PAYLOAD_BYTES", "MAX_CONTENT_LENGTH", "MAX_ERROR_BYTES", "LEASE_SECONDS"):
+        if not isinstance(config[key], int) or config[key] <= 0:
+            raise ValueError(f"{key} must be a positive integer")

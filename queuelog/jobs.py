@@ -1,0 +1,196 @@
+"""The job model: statuses, priorities, the state machine and the retry backoff."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import enum
+import json
+import random
+from typing import Any, Mapping
+
+
+class Status(str, enum.Enum):
+    """Where a job is in its life."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Outcome(str, enum.Enum):
+    """How one attempt (one claim) ended."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    LEASE_EXPIRED = "lease_expired"
+
+
+class Priority(enum.IntEnum):
+    """Priority labels; the gaps leave room for levels in between."""
+
+    LOW = 0
+    MEDIUM = 10
+    HIGH = 20
+    CRITICAL = 30
+
+    @classmethod
+    def from_label(cls, label: str) -> "Priority":
+        """Return the priority named ``label`` (raises KeyError when unknown)."""
+        if label not in LABELS:
+            raise KeyError(label)
+        return cls[label.upper()]
+
+    @property
+    def label(self) -> str:
+        """The lower-case name used in JSON."""
+        return self.name.lower()
+
+    @classmethod
+    def from_value(cls, value: int) -> "Priority":
+        """Map a stored value to the highest label not above it."""
+        best = cls.LOW
+        for p in cls:
+            if p.value <= value:
+                best = p
+        return best
+
+
+LABELS = frozenset(p.name.lower() for p in Priority)
+
+# Which status a transition may start from; the store puts these into its
+# conditional UPDATEs, so a transition from any other state changes nothing.
+TRANSITIONS: dict[str, tuple[Status, ...]] = {
+    "claim": (Status.PENDING,),
+    "heartbeat": (Status.RUNNING,),
+    "complete": (Status.RUNNING,),
+    "fail": (Status.RUNNING,),
+    "cancel": (Status.PENDING,),
+    "retry": (Status.FAILED, Status.CANCELLED),
+}
+FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def to_datetime(us: int) -> dt.datetime:
+    """Turn stored epoch microseconds into an aware UTC datetime."""
+    return _EPOCH + dt.timedelta(microseconds=us)
+
+
+def from_datetime(value: dt.datetime) -> int:
+    """Turn an aware datetime into epoch microseconds."""
+    delta = value - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def isoformat(us: int | None) -> str | None:
+    """Format epoch microseconds as fixed-width ISO 8601 UTC ending in ``Z``."""
+    if us is None:
+        return None
+    return to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def backoff_seconds(retry: int, base: float, cap: float, rng: random.Random) -> float:
+    """Delay before the ``retry``-th retry: exponential with equal jitter."""
+    ceiling = min(cap, base * 2 ** max(retry - 1, 0))
+    return ceiling * rng.uniform(0.5, 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """One claim of a job and how it ended."""
+
+    attempt: int
+    worker_id: str
+    started_at: int
+    finished_at: int | None
+    outcome: Outcome
+    error: str | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Attempt":
+        """Build from a ``job_attempts`` row."""
+        return cls(row["attempt"], row["worker_id"], row["started_at"],
+                   row["finished_at"], Outcome(row["outcome"]), row["error"])
+
+    def to_dict(self, *, show_error: bool) -> dict[str, Any]:
+        """Serialize; ``error`` only when the reader may see it (V-10)."""
+        out: dict[str, Any] = {
+            "attempt": self.attempt,
+            "worker_id": self.worker_id,
+            "started_at": isoformat(self.started_at),
+            "finished_at": isoformat(self.finished_at),
+            "outcome": self.outcome.value,
+        }
+        if show_error:
+            out["error"] = self.error
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """A job as stored; timestamps are epoch microseconds."""
+
+    id: int
+    type: str
+    payload: dict[str, Any]
+    priority: int
+    status: Status
+    attempt: int
+    retry_count: int
+    max_retries: int
+    idempotency_key: str | None
+    producer: str
+    worker_id: str | None
+    run_at: int
+    claimed_at: int | None
+    lease_expires_at: int | None
+    result: Any
+    error: str | None
+    created_at: int
+    updated_at: int
+    finished_at: int | None
+    attempts: tuple[Attempt, ...] | None = None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> "Job":
+        """Build from a ``jobs`` row (JSON columns decoded)."""
+        result = row["result"]
+        return cls(
+            id=row["id"], type=row["type"], payload=json.loads(row["payload"]),
+            priority=row["priority"], status=Status(row["status"]),
+            attempt=row["attempt"], retry_count=row["retry_count"],
+            max_retries=row["max_retries"], idempotency_key=row["idempotency_key"],
+            producer=row["producer"], worker_id=row["worker_id"], run_at=row["run_at"],
+            claimed_at=row["claimed_at"], lease_expires_at=row["lease_expires_at"],
+            result=None if result is None else json.loads(result), error=row["error"],
+            created_at=row["created_at"], updated_at=row["updated_at"],
+            finished_at=row["finished_at"],
+        )
+
+    def with_attempts(self, attempts: tuple[Attempt, ...]) -> "Job":
+        """Return a copy carrying its attempt history."""
+        return dataclasses.replace(self, attempts=attempts)
+
+    def to_dict(self, *, show_error: bool, show_key: bool) -> dict[str, Any]:
+        """Serialize to the contract's JSON shape, hiding what the reader may not see."""
+        out: dict[str, Any] = {
+            "id": self.id, "type": self.type, "payload": self.payload,
+            "priority": Priority.from_value(self.priority).label,
+            "status": self.status.value, "attempt": self.attempt,
+            "retry_count": self.retry_count, "max_retries": self.max_retries,
+            "idempotency_key": self.idempotency_key if show_key else None,
+            "producer": self.producer, "worker_id": self.worker_id,
+            "run_at": isoformat(self.run_at), "claimed_at": isoformat(self.claimed_at),
+            "lease_expires_at": isoformat(self.lease_expires_at), "result": self.result,
+            "created_at": isoformat(self.created_at), "updated_at": isoformat(self.updated_at),
+            "finished_at": isoformat(self.finished_at),
+        }
+        if show_error:
+            out["error"] = self.error
+        if self.attempts is not None:
+            out["attempts"] = [a.to_dict(show_error=show_error) for a in self.attempts]
+        return out

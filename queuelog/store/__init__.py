@@ -1,0 +1,47 @@
+"""The store: all SQL of queuelog lives in this package; views never import sqlalchemy."""
+from __future__ import annotations
+
+from flask import Flask, current_app
+
+from .accounts import Accounts, ApiKey, User, hash_token
+from .engine import create_schema, make_engine, system_clock
+from .queue import ALL, NewJob, Page, Queue, Scope
+
+__all__ = ["ALL", "Accounts", "ApiKey", "NewJob", "Page", "Scope", "Store", "User",
+           "get_store", "hash_token", "init_app"]
+
+
+class Store(Queue):
+    """The job verbs, plus ``accounts`` for keys and users, on one engine and one clock."""
+
+    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
+                 backoff_base: float = 2.0, backoff_cap: float = 3600.0) -> None:
+        engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+        super().__init__(engine, clock=system_clock, backoff_base=backoff_base,
+                         backoff_cap=backoff_cap)
+        # Accounts read the queue's clock, so a test that moves one moves both.
+        self.accounts = Accounts(engine, clock=lambda: self.clock())
+
+    def create_schema(self) -> None:
+        """Create or upgrade the schema."""
+        create_schema(self.engine)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self.engine.dispose()
+
+
+def init_app(app: Flask) -> Store:
+    """Create the app's store from its config and create the schema."""
+    store = Store(app.config["DATABASE_URL"],
+                  sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
+                  backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
+                  backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]))
+    store.create_schema()
+    app.extensions["queuelog.store"] = store
+    return store
+
+
+def get_store() -> Store:
+    """The current app's store."""
+    return current_app.extensions["queuelog.store"]  # type: ignore[no-any-return]

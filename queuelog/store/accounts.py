@@ -1,0 +1,138 @@
+"""API keys and users: every statement that touches credentials."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import secrets
+from typing import Any
+
+from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import Conflict
+from ..schema import api_keys, users
+from .engine import Clock, system_clock, writer
+
+TOKEN_BYTES = 32
+
+
+def hash_token(token: str) -> str:
+    """SHA-256 of a token: keys are random, so no salt or slow hash is needed."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class ApiKey:
+    """An API key as stored, without its secret."""
+
+    name: str
+    role: str
+    token_hash: str
+    types: tuple[str, ...] | None
+    max_priority: int
+    created_at: int
+    revoked_at: int | None
+
+    @classmethod
+    def from_row(cls, row: Any) -> "ApiKey":
+        """Build from an ``api_keys`` row."""
+        types = None if row.types is None else tuple(json.loads(row.types))
+        return cls(row.name, row.role, row.token_hash, types, row.max_priority,
+                   row.created_at, row.revoked_at)
+
+
+@dataclasses.dataclass(frozen=True)
+class User:
+    """A person who signs in with a password."""
+
+    username: str
+    role: str
+    password_hash: str
+
+
+class Accounts:
+    """Create, find and revoke API keys; create and find users."""
+
+    def __init__(self, engine: Engine, clock: Clock = system_clock) -> None:
+        self.engine = engine
+        self._write = writer(engine)
+        self.clock = clock
+
+    def create_key(self, name: str, role: str, *, types: list[str] | None = None,
+                   max_priority: int = 10) -> tuple[ApiKey, str]:
+        """Store a new key; return it and its token (shown once, never stored)."""
+        token = "ql_" + secrets.token_urlsafe(TOKEN_BYTES)
+        try:
+            with self._write.begin() as conn:
+                row = conn.execute(insert(api_keys).values(
+                    name=name, role=role, token_hash=hash_token(token),
+                    types=None if types is None else json.dumps(types),
+                    max_priority=max_priority, created_at=self.clock())
+                    .returning(*api_keys.c)).one()
+        except IntegrityError:
+            raise Conflict(f"An active key named {name!r} exists; revoke it first.") from None
+        return ApiKey.from_row(row), token
+
+    def key_for_token(self, token: str) -> ApiKey | None:
+        """The active key whose token this is, or None."""
+        digest = hash_token(token)
+        with self.engine.connect() as conn:
+            row = conn.execute(select(api_keys).where(
+                api_keys.c.token_hash == digest, api_keys.c.revoked_at.is_(None))).first()
+        # The lookup is by hash of a high-entropy secret; compare once more in constant
+        # time so that no code path compares the secret-derived value byte by byte.
+        if row is None or not secrets.compare_digest(row.token_hash, digest):
+            return None
+        return ApiKey.from_row(row)
+
+    def list_keys(self) -> list[ApiKey]:
+        """Every key, active and revoked, oldest first."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(api_keys).order_by(api_keys.c.id)).all()
+        return [ApiKey.from_row(r) for r in rows]
+
+    def revoke_key(self, name: str) -> bool:
+        """Revoke the active key of this name; False if there is none."""
+        with self._write.begin() as conn:
+            done = conn.execute(update(api_keys).where(
+                api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
+                .values(revoked_at=self.clock()))
+        return done.rowcount > 0
+
+    def create_user(self, username: str, password_hash: str, role: str) -> User:
+        """Add a person; Conflict if the name is taken."""
+        try:
+            with self._write.begin() as conn:
+                conn.execute(insert(users).values(username=username, password_hash=password_hash,
+                                                  role=role, created_at=self.clock()))
+        except IntegrityError:
+            raise Conflict(f"User {username!r} exists.") from None
+        return User(username, role, password_hash)
+
+    def has_users(self) -> bool:
+        """Whether any user exists."""
+        with self.engine.connect() as conn:
+            return conn.execute(select(users.c.id).limit(1)).first() is not None
+
+    def create_first_user(self, username: str, password_hash: str, role: str) -> bool:
+        """Create this user only if there are no users at all; True if it was created.
+
+        Safe when several processes start at once: SQLite serializes the IMMEDIATE
+        transactions, and on PostgreSQL the unique username makes all but one insert fail.
+        """
+        try:
+            with self._write.begin() as conn:
+                if conn.execute(select(func.count()).select_from(users)).scalar_one():
+                    return False
+                conn.execute(insert(users).values(username=username, password_hash=password_hash,
+                                                  role=role, created_at=self.clock()))
+        except IntegrityError:
+            return False
+        return True
+
+    def user(self, username: str) -> User | None:
+        """The user of this name, or None."""
+        with self.engine.connect() as conn:
+            row = conn.execute(select(users).where(users.c.username == username)).first()
+        return None if row is None else User(row.username, row.role, row.password_hash)

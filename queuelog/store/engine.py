@@ -1,0 +1,70 @@
+"""Engine set-up: the one place that knows SQLite from PostgreSQL at connect time."""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+
+from ..schema import metadata
+
+Clock = Callable[[], int]
+
+
+def system_clock() -> int:
+    """Now, as epoch microseconds: the only clock the store reads."""
+    return time.time_ns() // 1_000
+
+
+def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False) -> Engine:
+    """Create the engine; on SQLite turn on WAL, a busy timeout and real transactions."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10,
+                             max_overflow=20)
+    synchronous = sqlite_synchronous.upper()
+    if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
+        raise ValueError(f"SQLITE_SYNCHRONOUS must be OFF, NORMAL, FULL or EXTRA, not {sqlite_synchronous!r}")
+    engine = create_engine(url, echo=echo, pool_size=10, max_overflow=20,
+                           connect_args={"timeout": 30, "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # pysqlite's own transaction handling begins late and never IMMEDIATE;
+        # turn it off and emit BEGIN ourselves (SQLAlchemy's documented recipe).
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        # Writers take the write lock up front: a deferred transaction that later
+        # upgrades gets SQLITE_BUSY at once instead of waiting on busy_timeout.
+        immediate = conn.get_execution_options().get("sqlite_immediate", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def writer(engine: Engine) -> Engine:
+    """The same engine (and pool), beginning write transactions IMMEDIATE on SQLite."""
+    if engine.dialect.name == "sqlite":
+        return engine.execution_options(sqlite_immediate=True)
+    return engine
+
+
+def create_schema(engine: Engine) -> None:
+    """Create missing tables and indexes (safe to run from several processes at once)."""
+    if engine.dialect.name == "postgresql":
+        # Serialize concurrent CREATE TABLE IF NOT EXISTS from several workers.
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7262017)")
+            metadata.create_all(conn)
+        return
+    with writer(engine).begin() as conn:
+        metadata.create_all(conn)

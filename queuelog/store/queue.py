@@ -1,0 +1,383 @@
+"""The job verbs: every statement that reads or writes jobs, one transaction per call.
+
+Statements are built once per store and reused: building Core statements on each call
+costs several times the work of running them (measured: 0.12x vs 0.35-0.43x of raw
+sqlite3). The only dialect difference, SKIP LOCKED, is decided here at build time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import random
+from typing import Any, Sequence
+
+from sqlalchemy import (Connection, Engine, bindparam, delete, exists, func, insert,
+                        literal_column, or_, select, text, update)
+from sqlalchemy.exc import IntegrityError
+
+from ..errors import (Conflict, IdempotencyMismatch, JobNotFound, NotHolder, StaleAttempt,
+                      WrongState)
+from ..jobs import FINISHED, Attempt, Job, Outcome, Status, backoff_seconds
+from ..schema import job_attempts, jobs
+from .engine import Clock, system_clock, writer
+
+LEASE_EXPIRED_ERROR = "lease expired"
+EXPIRE_BATCH = 100  # expired leases taken back per claim, so one claim stays cheap
+PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
+
+
+def _is(status: Status, table: Any = jobs) -> Any:
+    # A literal, not a bound parameter, so SQLite can match the partial indexes.
+    return table.c.status == literal_column(f"'{status.value}'")
+
+
+@dataclasses.dataclass(frozen=True)
+class NewJob:
+    """A validated enqueue request."""
+
+    producer: str
+    type: str
+    payload_json: str
+    priority: int
+    max_retries: int
+    run_at: int | None = None          # epoch microseconds, absolute
+    delay_seconds: float | None = None  # relative to the store's clock
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Whose jobs a reader may see: a producer its own, a worker those it held, else all."""
+
+    producer: str | None = None
+    worker: str | None = None
+
+
+ALL = Scope()
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """One page of a newest-first listing."""
+
+    jobs: list[Job]
+    older: int | None   # id to pass as ``before`` for the next (older) page
+    newer: int | None   # id to pass as ``after`` for the previous (newer) page
+
+
+class Queue:
+    """The job store: enqueue, claim, heartbeat, complete, fail, cancel, retry, list."""
+
+    def __init__(self, engine: Engine, *, clock: Clock = system_clock,
+                 backoff_base: float = 2.0, backoff_cap: float = 3600.0,
+                 rng: random.Random | None = None) -> None:
+        self.engine = engine
+        self._write = writer(engine)
+        self.clock = clock
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.rng = rng or random.Random()
+        self._build(engine.dialect.name == "postgresql")
+
+    # -- statements, built once ------------------------------------------------
+    def _build(self, postgres: bool) -> None:
+        b = bindparam
+        cand = jobs.alias("cand")  # not correlated with the UPDATE's own jobs
+        due = (select(cand.c.id).where(_is(Status.PENDING, cand), cand.c.run_at <= b("now"))
+               .order_by(cand.c.priority.desc(), cand.c.run_at, cand.c.id).limit(1))
+        typed = due.where(cand.c.type.in_(b("types", expanding=True)))
+        if postgres:
+            due, typed = (s.with_for_update(skip_locked=True) for s in (due, typed))
+        claim = (update(jobs).where(_is(Status.PENDING))
+                 .values(status=Status.RUNNING.value, attempt=jobs.c.attempt + 1,
+                         worker_id=b("wkr"), claimed_at=b("now"),
+                         lease_expires_at=b("lease_until"), updated_at=b("now"))
+                 .returning(*jobs.c))
+        self._claim_any = claim.where(jobs.c.id == due.scalar_subquery())
+        self._claim_typed = claim.where(jobs.c.id == typed.scalar_subquery())
+        expired = (select(jobs.c.id, jobs.c.attempt)
+                   .where(_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
+                   .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
+        self._expired = expired.with_for_update(skip_locked=True) if postgres else expired
+        self._attempt_start = insert(job_attempts).values(
+            job_id=b("jid"), attempt=b("att"), worker_id=b("wkr"),
+            started_at=b("now"), outcome=Outcome.RUNNING.value)
+        self._attempt_end = (update(job_attempts)
+                             .where(job_attempts.c.job_id == b("jid"),
+                                    job_attempts.c.attempt == b("att"))
+                             .values(finished_at=b("now"), outcome=b("outcome"),
+                                     error=b("error")))
+        held = (jobs.c.id == b("jid"), _is(Status.RUNNING),
+                jobs.c.attempt == b("att"))
+        self._heartbeat = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
+                           .values(lease_expires_at=b("lease_until"), updated_at=b("now"))
+                           .returning(*jobs.c))
+        self._complete = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
+                          .values(status=Status.COMPLETED.value, result=b("res"),
+                                  lease_expires_at=None, finished_at=b("now"),
+                                  updated_at=b("now"))
+                          .returning(*jobs.c))
+        self._by_id = select(jobs).where(jobs.c.id == b("jid"))
+        self._by_key = select(jobs).where(jobs.c.producer == b("producer"),
+                                          jobs.c.idempotency_key == b("key"))
+        self._attempts = (select(job_attempts).where(job_attempts.c.job_id == b("jid"))
+                          .order_by(job_attempts.c.attempt))
+        self._insert = insert(jobs).returning(*jobs.c)
+
+    # -- writes ------------------------------------------------------------------
+    def enqueue(self, new: NewJob) -> tuple[Job, bool]:
+        """Add a job; return it and whether it is new (False: an idempotent replay)."""
+        for _ in range(3):
+            try:
+                with self._write.begin() as conn:
+                    if new.idempotency_key is not None:
+                        row = conn.execute(self._by_key, {"producer": new.producer,
+                                                          "key": new.idempotency_key}).first()
+                        if row is not None:
+                            if row.request_hash != new.request_hash:
+                                raise IdempotencyMismatch(
+                                    "This idempotency key was used for a different request.")
+                            return Job.from_row(row._mapping), False
+                    now = self.clock()
+                    run_at = new.run_at if new.run_at is not None else (
+                        now + int((new.delay_seconds or 0) * 1_000_000))
+                    row = conn.execute(self._insert, {
+                        "type": new.type, "payload": new.payload_json,
+                        "priority": new.priority, "status": Status.PENDING.value,
+                        "attempt": 0, "retry_count": 0, "max_retries": new.max_retries,
+                        "idempotency_key": new.idempotency_key,
+                        "request_hash": new.request_hash, "producer": new.producer,
+                        "run_at": run_at, "created_at": now, "updated_at": now,
+                    }).one()
+                    return Job.from_row(row._mapping), True
+            except IntegrityError:
+                if new.idempotency_key is None:
+                    raise
+                # Lost a race for (producer, key); the next round finds the winner's row.
+        raise Conflict("Could not settle the idempotency key; try again.")
+
+    def claim(self, worker: str, *, lease_seconds: float,
+              types: Sequence[str] | None = None) -> Job | None:
+        """Take back expired leases, then atomically claim the best due job, or None."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            self._expire_leases(conn, now)
+            params: dict[str, Any] = {"now": now, "wkr": worker,
+                                      "lease_until": now + int(lease_seconds * 1_000_000)}
+            if types is None:
+                row = conn.execute(self._claim_any, params).first()
+            else:
+                row = conn.execute(self._claim_typed, {**params, "types": list(types)}).first()
+            if row is None:
+                return None
+            conn.execute(self._attempt_start, {"jid": row.id, "att": row.attempt,
+                                               "wkr": worker, "now": now})
+            return Job.from_row(row._mapping)
+
+    def heartbeat(self, job_id: int, worker: str, attempt: int, *,
+                  lease_seconds: float) -> Job:
+        """Extend the lease of a job the worker holds at this attempt."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            row = conn.execute(self._heartbeat, {
+                "jid": job_id, "att": attempt, "wkr": worker, "now": now,
+                "lease_until": now + int(lease_seconds * 1_000_000)}).first()
+            if row is None:
+                self._refuse(conn, job_id, worker, attempt)
+            return Job.from_row(row._mapping)
+
+    def complete(self, job_id: int, worker: str, attempt: int,
+                 result_json: str | None = None) -> Job:
+        """Mark a held job completed, storing its result."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            row = conn.execute(self._complete, {"jid": job_id, "att": attempt,
+                                                "wkr": worker, "now": now,
+                                                "res": result_json}).first()
+            if row is None:
+                self._refuse(conn, job_id, worker, attempt)
+            conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
+                                             "outcome": Outcome.COMPLETED.value,
+                                             "error": None})
+            return Job.from_row(row._mapping)
+
+    def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
+             retry: bool = True, retry_in: float | None = None) -> Job:
+        """Record a failed attempt: back to pending after backoff, or failed for good."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            job = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
+                                    retry=retry, retry_in=retry_in, worker=worker)
+            if job is None:
+                self._refuse(conn, job_id, worker, attempt)
+            return job
+
+    def cancel(self, job_id: int, scope: Scope = ALL) -> Job:
+        """Cancel a pending job (a producer only its own)."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            cond = [jobs.c.id == job_id, _is(Status.PENDING), *self._scope(scope)]
+            row = conn.execute(update(jobs).where(*cond).values(
+                status=Status.CANCELLED.value, finished_at=now, updated_at=now)
+                .returning(*jobs.c)).first()
+            if row is None:
+                self._get_row(conn, job_id, scope)  # 404 when missing or not visible
+                raise WrongState("Only a pending job can be cancelled.")
+            return Job.from_row(row._mapping)
+
+    def retry(self, job_id: int) -> Job:
+        """Put a failed or cancelled job back to pending with fresh retries (admin)."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            row = conn.execute(update(jobs).where(
+                jobs.c.id == job_id,
+                jobs.c.status.in_([Status.FAILED.value, Status.CANCELLED.value]))
+                .values(status=Status.PENDING.value, retry_count=0, run_at=now,
+                        lease_expires_at=None, finished_at=None, updated_at=now)
+                .returning(*jobs.c)).first()
+            if row is None:
+                self._get_row(conn, job_id, ALL)
+                raise WrongState("Only a failed or cancelled job can be retried.")
+            return Job.from_row(row._mapping)
+
+    def purge(self, older_than_us: int, statuses: Sequence[Status] = FINISHED,
+              batch: int = PURGE_BATCH) -> int:
+        """Delete finished jobs (and their history) finished before the cutoff, in batches."""
+        wanted = [s.value for s in statuses if s in FINISHED]
+        total = 0
+        while wanted:
+            with self._write.begin() as conn:
+                cutoff = self.clock() - older_than_us
+                ids = conn.execute(select(jobs.c.id).where(
+                    jobs.c.status.in_(wanted), jobs.c.finished_at < cutoff)
+                    .order_by(jobs.c.finished_at).limit(batch)).scalars().all()
+                if ids:
+                    conn.execute(delete(job_attempts).where(job_attempts.c.job_id.in_(ids)))
+                    conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+            total += len(ids)
+            if len(ids) < batch:
+                break
+        return total
+
+    # -- reads -------------------------------------------------------------------
+    def get(self, job_id: int, scope: Scope = ALL) -> Job:
+        """One job with its attempt history; JobNotFound when missing or not visible."""
+        with self.engine.connect() as conn:
+            row = self._get_row(conn, job_id, scope)
+            attempts = conn.execute(self._attempts, {"jid": job_id}).all()
+            return Job.from_row(row._mapping).with_attempts(
+                tuple(Attempt.from_row(a._mapping) for a in attempts))
+
+    def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
+                  type: str | None = None, priority: int | None = None, limit: int = 50,
+                  before: int | None = None, after: int | None = None) -> Page:
+        """A newest-first page; ``before``/``after`` are keyset cursors (job ids)."""
+        cond = list(self._scope(scope))
+        if status is not None:
+            cond.append(jobs.c.status == status.value)
+        if type is not None:
+            cond.append(jobs.c.type == type)
+        if priority is not None:
+            cond.append(jobs.c.priority == priority)
+        query = select(jobs).where(*cond).limit(limit + 1)
+        if after is not None:  # walking towards newer jobs: ascending, then reversed
+            query = query.where(jobs.c.id > after).order_by(jobs.c.id)
+        else:
+            if before is not None:
+                query = query.where(jobs.c.id < before)
+            query = query.order_by(jobs.c.id.desc())
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        more = len(rows) > limit
+        found = [Job.from_row(r._mapping) for r in rows[:limit]]
+        if after is not None:
+            found.reverse()
+            return Page(found, found[-1].id if found else None,
+                        found[0].id if more and found else None)
+        return Page(found, found[-1].id if more else None,
+                    found[0].id if before is not None and found else None)
+
+    def count_by_status(self, cap: int) -> dict[str, int]:
+        """Jobs per status, each counted only up to ``cap`` (an index range, never a scan)."""
+        out: dict[str, int] = {}
+        with self.engine.connect() as conn:
+            now = self.clock()
+            for status in Status:
+                sub = select(literal_column("1")).select_from(jobs).where(
+                    jobs.c.status == status.value).limit(cap + 1).subquery()
+                out[status.value] = conn.execute(select(func.count()).select_from(sub)).scalar_one()
+            sub = select(literal_column("1")).select_from(jobs).where(
+                _is(Status.PENDING), jobs.c.run_at > now).limit(cap + 1).subquery()
+            out["scheduled"] = conn.execute(select(func.count()).select_from(sub)).scalar_one()
+        return out
+
+    def count_by_status_and_type(self) -> list[tuple[str, str, int]]:
+        """(status, type, count) for every combination present, for /metrics."""
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+                select(jobs.c.status, jobs.c.type, func.count())
+                .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))]
+
+    def ping(self) -> None:
+        """Raise unless the database answers."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+
+    # -- helpers -----------------------------------------------------------------
+    @staticmethod
+    def _scope(scope: Scope) -> list[Any]:
+        cond: list[Any] = []
+        if scope.producer is not None:
+            cond.append(jobs.c.producer == scope.producer)
+        if scope.worker is not None:
+            cond.append(or_(jobs.c.worker_id == scope.worker, exists().where(
+                job_attempts.c.job_id == jobs.c.id,
+                job_attempts.c.worker_id == scope.worker)))
+        return cond
+
+    def _get_row(self, conn: Connection, job_id: int, scope: Scope) -> Any:
+        row = conn.execute(select(jobs).where(jobs.c.id == job_id, *self._scope(scope))).first()
+        if row is None:
+            raise JobNotFound(f"No job {job_id}.")
+        return row
+
+    def _refuse(self, conn: Connection, job_id: int, worker: str, attempt: int) -> None:
+        """Explain why a worker call matched no row, as the right domain error."""
+        row = conn.execute(self._by_id, {"jid": job_id}).first()
+        if row is None:
+            raise JobNotFound(f"No job {job_id}.")
+        if row.worker_id != worker:
+            raise NotHolder(f"Job {job_id} is not held by {worker}.")
+        if row.attempt != attempt:
+            raise StaleAttempt(f"Attempt {attempt} is stale; the job is at attempt {row.attempt}.")
+        raise WrongState(f"Job {job_id} is {row.status}, not running.")
+
+    def _expire_leases(self, conn: Connection, now: int) -> None:
+        for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
+            self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
+                              LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
+
+    def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
+                     outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,
+                     worker: str | None) -> Job | None:
+        """End a running attempt with a failure: retry after backoff, or fail for good."""
+        cond = [jobs.c.id == job_id, _is(Status.RUNNING), jobs.c.attempt == attempt]
+        if worker is not None:
+            cond.append(jobs.c.worker_id == worker)
+        row = conn.execute(select(jobs.c.retry_count, jobs.c.max_retries).where(*cond)).first()
+        if row is None:
+            return None
+        if retry and row.retry_count < row.max_retries:
+            n = row.retry_count + 1
+            delay = retry_in if retry_in is not None else backoff_seconds(
+                n, self.backoff_base, self.backoff_cap, self.rng)
+            values: dict[str, Any] = {"status": Status.PENDING.value, "retry_count": n,
+                                      "run_at": now + int(delay * 1_000_000)}
+        else:
+            values = {"status": Status.FAILED.value, "finished_at": now}
+        updated = conn.execute(update(jobs).where(*cond).values(
+            **values, error=error, lease_expires_at=None, updated_at=now)
+            .returning(*jobs.c)).one()
+        conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
+                                         "outcome": outcome.value, "error": error})
+        return Job.from_row(updated._mapping)

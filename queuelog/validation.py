@@ -1,0 +1,202 @@
+"""Strict parsing of request bodies and fields: every rule of the contract's 400/415/422."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from typing import Any, Iterable
+
+from flask import request
+
+from .errors import MalformedRequest, UnsupportedMediaType, ValidationFailed
+from .jobs import from_datetime
+
+MAX_DEPTH = 64
+_MISSING: Any = object()
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Decode strict RFC 8259 JSON: no NaN/Infinity, valid UTF-8, no lone surrogates."""
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text, parse_constant=_reject_constant)
+        # Lone surrogates ("\ud800") decode in Python but cannot be stored as UTF-8.
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise MalformedRequest(f"JSON nests deeper than {MAX_DEPTH} levels.") from None
+    except (UnicodeError, ValueError) as exc:
+        raise MalformedRequest(f"The body is not valid JSON: {exc}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise MalformedRequest(f"JSON nests deeper than {MAX_DEPTH} levels.")
+    return value
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            deepest = max(deepest, depth)
+            if depth <= MAX_DEPTH:
+                stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict)
+                                                        else node))
+    return deepest
+
+
+def json_body() -> dict[str, Any]:
+    """The request's JSON object body; ``{}`` when there is no body at all."""
+    raw = request.get_data(cache=True)  # over MAX_CONTENT_LENGTH raises 413 here
+    if not raw:
+        return {}
+    if not request.is_json:
+        raise UnsupportedMediaType("Send the body as application/json.")
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise MalformedRequest("The body must be a JSON object.")
+    return body
+
+
+def compact(value: Any) -> str:
+    """Compact UTF-8 JSON, the form payloads are measured and stored in."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+
+
+class Fields:
+    """Collects every field error of one body, so a client learns them all at once."""
+
+    def __init__(self, body: dict[str, Any], allowed: Iterable[str],
+                 ignored: Iterable[str] = ()) -> None:
+        self.body = body
+        self.errors: list[dict[str, str]] = []
+        known = set(allowed) | set(ignored)
+        for name in body:
+            if name not in known:
+                self.error(name, "Unknown field.")
+
+    def error(self, field: str, detail: str) -> None:
+        """Record one field error."""
+        self.errors.append({"field": field, "detail": detail})
+
+    def check(self) -> None:
+        """Raise ValidationFailed (422) if any error was recorded."""
+        if self.errors:
+            raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in self.errors),
+                                   errors=self.errors)
+
+    def integer(self, name: str, lo: int, hi: int, default: Any = _MISSING) -> Any:
+        """An integer (not a bool, not a float) within [lo, hi]."""
+        value = self.body.get(name, _MISSING)
+        if value is _MISSING or value is None and default is not _MISSING:
+            return self._absent(name, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.error(name, "Must be an integer.")
+        elif not lo <= value <= hi:
+            self.error(name, f"Must be between {lo} and {hi}.")
+        else:
+            return value
+        return None
+
+    def number(self, name: str, lo: float, hi: float, default: Any = _MISSING) -> Any:
+        """A finite number within [lo, hi]."""
+        value = self.body.get(name, _MISSING)
+        if value is _MISSING or value is None and default is not _MISSING:
+            return self._absent(name, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, float) and not math.isfinite(value)):
+            self.error(name, "Must be a number.")
+        elif not lo <= value <= hi:
+            self.error(name, f"Must be between {lo:g} and {hi:g}.")
+        else:
+            return value
+        return None
+
+    def string(self, name: str, *, max_len: int, default: Any = _MISSING,
+               printable_ascii: bool = False, min_len: int = 1) -> Any:
+        """A string of bounded length."""
+        value = self.body.get(name, _MISSING)
+        if value is _MISSING or value is None and default is not _MISSING:
+            return self._absent(name, default)
+        if not isinstance(value, str):
+            self.error(name, "Must be a string.")
+        elif not min_len <= len(value) <= max_len:
+            self.error(name, f"Must be {min_len} to {max_len} characters.")
+        elif printable_ascii and not all(" " <= c <= "~" for c in value):
+            self.error(name, "Must be printable ASCII.")
+        else:
+            return value
+        return None
+
+    def boolean(self, name: str, default: Any = _MISSING) -> Any:
+        """A JSON boolean."""
+        value = self.body.get(name, _MISSING)
+        if value is _MISSING:
+            return self._absent(name, default)
+        if not isinstance(value, bool):
+            self.error(name, "Must be true or false.")
+            return None
+        return value
+
+    def obj(self, name: str, default: Any = _MISSING) -> Any:
+        """A JSON object."""
+        value = self.body.get(name, _MISSING)
+        if value is _MISSING or value is None and default is not _MISSING:
+            return self._absent(name, default)
+        if not isinstance(value, dict):
+            self.error(name, "Must be a JSON object.")
+            return None
+        return value
+
+    def string_list(self, name: str, *, max_items: int, default: Any = _MISSING) -> Any:
+        """A non-empty list of strings."""
+        value = self.body.get(name, _MISSING)
+        if value is _MISSING or value is None and default is not _MISSING:
+            return self._absent(name, default)
+        if (not isinstance(value, list) or not value or len(value) > max_items
+                or not all(isinstance(v, str) for v in value)):
+            self.error(name, f"Must be a list of 1 to {max_items} strings.")
+            return None
+        return value
+
+    def timestamp(self, name: str) -> int | None:
+        """An ISO 8601 timestamp with a time zone, as epoch microseconds."""
+        value = self.string(name, max_len=64, default=None)
+        if value is None:
+            return None
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError:
+            self.error(name, "Must be an ISO 8601 timestamp.")
+            return None
+        if parsed.tzinfo is None:
+            self.error(name, "Must carry a time zone offset or Z.")
+            return None
+        return from_datetime(parsed)
+
+    def _absent(self, name: str, default: Any) -> Any:
+        if default is _MISSING:
+            self.error(name, "Required.")
+            return None
+        return default
+
+
+def idempotency_header(value: str | None) -> str | None:
+    """The ``Idempotency-Key`` header as a key: a structured-field string or a bare token."""
+    if value is None:
+        return None
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] == '"':
+        out, chars = [], iter(value[1:-1])
+        for c in chars:
+            if c == "\\":
+                c = next(chars, "")
+                if c not in ('"', "\\"):
+                    raise ValidationFailed("Idempotency-Key is not a valid string.",
+                                           errors=[{"field": "Idempotency-Key",
+                                                    "detail": "Bad escape."}])
+            out.append(c)
+        return "".join(out)
+    return value
