@@ -32,6 +32,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     from . import ui
     ui.init_app(app)
     cli.init_app(app)
+    from . import retention
+    retention.init_app(app)
 
     if app.config["BOOTSTRAP_ADMIN"]:
         bootstrap_admin(app)

@@ -1,28 +1,25 @@
 """The ``queuelog`` command line: a Flask command group bound to the app."""
 from __future__ import annotations
 
-import re
 import sys
 
 import click
 from flask import Flask
 from flask.cli import FlaskGroup
 
+from . import retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
 from .errors import Conflict
 from .jobs import FINISHED, Priority, Status, isoformat
 from .store import get_store
 
-_DURATION = re.compile(r"^(\d{1,9})([smhdw])$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
-
 
 def parse_duration(text: str) -> int:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` as seconds."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a duration like 30m, 12h, 7d or 2w")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
+    try:
+        return retention.parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
 
 
 @click.command("init-db")

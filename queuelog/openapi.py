@@ -1,9 +1,279 @@
-"""The OpenAPI 3.1 document (placeholder)."""
+"""The OpenAPI 3.1 document of the JSON API, built from the same limits the views enforce.
+
+It is exact in both directions on purpose: the schemathesis test sends data the document
+calls valid and expects it accepted, and data it calls invalid and expects a 4xx.
+"""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+from .jobs import Outcome, Priority, Status
+
+MAX_ID = 9_223_372_036_854_775_807          # the route converter's max
+MAX_ATTEMPT = 2**31 - 1
+PRIORITIES = [p.label for p in Priority]
+TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+RUN_AT = r"^(?:19[7-9]\d|[2-9]\d{3})-"    # the years the store accepts: 1970 to 9999
+PROBLEM = "application/problem+json"
+BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
+ANY_AUTH: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]
+
+JSON = dict[str, Any]
 
 
-def document(config: Any) -> dict[str, Any]:
-    """The OpenAPI document for this app's configuration."""
-    return {"openapi": "3.1.0", "info": {"title": "queuelog", "version": "0.1.0"}, "paths": {}}
+def _ref(name: str) -> JSON:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: JSON) -> JSON:
+    """``schema`` or null: the views treat an explicit null as "not given" for optional fields."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _obj(properties: JSON, required: tuple[str, ...] = (), closed: bool = True,
+         **extra: Any) -> JSON:
+    """An object schema; ``closed`` mirrors the views' 422 on unknown fields."""
+    out: JSON = {"type": "object", "properties": properties, **extra}
+    if required:
+        out["required"] = list(required)
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def _int(lo: int, hi: int | None = None) -> JSON:
+    return {"type": "integer", "minimum": lo, **({} if hi is None else {"maximum": hi})}
+
+
+def _num(lo: float, hi: float) -> JSON:
+    return {"type": "number", "minimum": lo, "maximum": hi}
+
+
+def _ts(nullable: bool = False) -> JSON:
+    """A timestamp as the API writes it: ISO 8601 UTC, microseconds, ``Z``."""
+    return {"type": ["string", "null"] if nullable else "string", "format": "date-time",
+            "pattern": TIMESTAMP}
+
+
+def _cursor_pattern() -> str:
+    """Base64url (unpadded) of ``v1:<1 to 18 digits>``: exactly what the list view decodes.
+
+    "v1:" encodes to "djE6"; then every 3 ASCII digits become 4 characters (G), and a
+    tail of 1 or 2 digits becomes 2 or 3 characters (T1, T2).
+    """
+    first = "(?:[MN][DTjz]|O[DT])"
+    group = f"{first}[AEIMQUYcgk][w-z0-5]"
+    tail1, tail2 = "(?:[MN][AQgw]|O[AQ])", f"{first}[AEIMQUYcgk]"
+    return f"^djE6(?:(?:{group}){{1,6}}|(?:{group}){{0,5}}(?:{tail1}|{tail2}))$"
+
+
+def _schemas(job_types: list[str]) -> JSON:
+    """Every reusable schema: what the API answers, and what it accepts."""
+    type_enum = {"type": "string", "enum": job_types}
+    ignored = {"description": "Accepted and ignored: the worker is always the key's name (V-04)."}
+    attempt = _int(1, MAX_ATTEMPT) | {"description": "The attempt (fencing token) this call is for."}
+    lease = _nullable(_num(1, 43_200))
+    attempt_props = {
+        "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
+        "finished_at": _ts(nullable=True),
+        "outcome": {"type": "string", "enum": [o.value for o in Outcome]},
+        "error": {"type": ["string", "null"], "description": "Admins only; absent otherwise."},
+    }
+    job_props = {
+        "id": _int(1, MAX_ID), "type": {"type": "string"},
+        "payload": {"type": "object"},
+        "priority": {"type": "string", "enum": PRIORITIES},
+        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "attempt": _int(0), "retry_count": _int(0), "max_retries": _int(0),
+        "idempotency_key": {"type": ["string", "null"],
+                            "description": "Shown only to the producer that set it and to admins."},
+        "producer": {"type": "string"}, "worker_id": {"type": ["string", "null"]},
+        "run_at": _ts(), "claimed_at": _ts(True), "lease_expires_at": _ts(True),
+        "result": {"type": ["object", "null"]},
+        "error": {"type": ["string", "null"], "description": "Admins only; absent otherwise."},
+        "created_at": _ts(), "updated_at": _ts(), "finished_at": _ts(True),
+        "attempts": {"type": "array", "items": _ref("Attempt"),
+                     "description": "The attempt history; on GET /jobs/{id} only."},
+    }
+    return {
+        "Job": _obj(job_props, tuple(k for k in job_props if k not in ("error", "attempts"))),
+        "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
+        "JobWithHistory": {"allOf": [_ref("Job")], "required": ["attempts"]},
+        "JobPage": _obj({"jobs": {"type": "array", "items": _ref("Job")},
+                         "next_cursor": {"type": ["string", "null"]}},
+                        ("jobs", "next_cursor")),
+        "Health": _obj({"status": {"const": "ok"}}, ("status",)),
+        "Problem": _obj({
+            "type": {"type": "string", "format": "uri-reference"},
+            "title": {"type": "string"}, "status": _int(400, 599), "detail": {"type": "string"},
+            "errors": {"type": "array", "items": _obj(
+                {"field": {"type": "string"}, "detail": {"type": "string"}},
+                ("field", "detail"))},
+        }, ("type", "title", "status", "detail"), closed=False),
+        "NewJob": _obj({
+            "type": type_enum,
+            "payload": _nullable({"type": "object", "description":
+                                  "At most MAX_PAYLOAD_BYTES (or the type's) as compact JSON."}),
+            "priority": _nullable({"type": "string", "enum": PRIORITIES, "default": "low"}),
+            "max_retries": _nullable(_int(0, 25)),
+            "run_at": _nullable({"type": "string", "format": "date-time", "maxLength": 64,
+                                 "pattern": RUN_AT}),
+            "delay_seconds": _nullable(_num(0, 366 * 86_400)),
+            "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
+                                          "pattern": "^[ -~]*$"}),
+        }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"]}}),
+        "ClaimRequest": _obj({
+            "types": _nullable({"type": "array", "items": type_enum,
+                                "minItems": 1, "maxItems": 100}),
+            "wait": _nullable(_num(0, 30) | {"description": "Long poll, seconds."}),
+            "lease_seconds": lease, "worker_id": ignored,
+        }),
+        "HeartbeatRequest": _obj({"attempt": attempt, "lease_seconds": lease,
+                                  "worker_id": ignored}, ("attempt",)),
+        "CompleteRequest": _obj({"attempt": attempt, "result": {"type": ["object", "null"]},
+                                 "worker_id": ignored}, ("attempt",)),
+        "FailRequest": _obj({
+            "attempt": attempt,
+            "error": _nullable({"type": "string", "maxLength": 1_000_000, "description":
+                                "Sanitized and cut to MAX_ERROR_BYTES before it is stored."}),
+            "retry": {"type": "boolean", "default": True},
+            "retry_in": _nullable(_num(0, 86_400)), "worker_id": ignored,
+        }, ("attempt",)),
+        "Empty": _obj({}),
+    }
+
+
+def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None) -> JSON:
+    out: JSON = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = dict(headers)
+    return out
+
+
+def _header(description: str, schema: JSON | None = None) -> JSON:
+    return {"description": description, "required": True, "schema": schema or {"type": "string"}}
+
+
+ERRORS = {
+    400: "Malformed JSON, JSON that is not strict RFC 8259, nested too deep, or not an object.",
+    401: "No or bad credentials.",
+    403: "Authenticated, but this role or key may not do this.",
+    404: "No such job, or not visible to the caller.",
+    409: "Wrong state, not held by this worker, or a stale attempt.",
+    413: "Body over MAX_CONTENT_LENGTH.",
+    415: "The body is not application/json (required with HTTP Basic).",
+    422: "A field fails validation; see `errors`.",
+    503: "The database does not answer.",
+}
+
+
+def _problems(*codes: int) -> JSON:
+    """Problem+json responses for ``codes``; 401 with its challenge header."""
+    out: JSON = {}
+    for code in codes:
+        out[str(code)] = {"description": ERRORS[code],
+                          "content": {PROBLEM: {"schema": _ref("Problem")}}}
+        if code == 401:
+            out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer challenges.")}
+    return out
+
+
+def _body(name: str, required: bool = True) -> JSON:
+    return {"required": required, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _op(summary: str, roles: str, responses: JSON, *codes: int, security: Any = ANY_AUTH,
+        **extra: Any) -> JSON:
+    """One operation: its success responses plus problem+json for each error code."""
+    return {"summary": summary, "description": f"Who: {roles}.", "security": security,
+            "responses": {**responses, **_problems(*codes)}, **extra}
+
+
+JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_ID)}
+WRITE = (400, 401, 403, 413, 415)
+JOB_VERB = (*WRITE, 404, 409, 422)
+
+
+def _paths() -> JSON:
+    job = _ref("Job")
+    location = _header("The job's URL.")
+    list_params = [
+        {"name": "status", "in": "query", "schema": {"type": "string",
+                                                     "enum": [s.value for s in Status]}},
+        {"name": "type", "in": "query", "schema": {"type": "string", "minLength": 1,
+                                                   "maxLength": 100}},
+        {"name": "priority", "in": "query", "schema": {"type": "string", "enum": PRIORITIES}},
+        {"name": "limit", "in": "query", "schema": _int(1, 200) | {"default": 50}},
+        {"name": "cursor", "in": "query", "description": "`next_cursor` of the previous page.",
+         "schema": {"type": "string", "pattern": _cursor_pattern()}},
+    ]
+    key_header = {"name": "Idempotency-Key", "in": "header", "description": (
+        "The idempotency key, bare or as a structured-field string; must agree with the body's."),
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255,
+                   "pattern": "^[!#-~]([ -~]*[!-~])?$"}}
+
+    def verb(summary: str, roles: str, body: str | None, *codes: int,
+             security: Any = BEARER) -> JSON:
+        return {"post": _op(summary, roles, {"200": _json(job, "The job.")}, *codes,
+                            security=security, parameters=[JOB_ID],
+                            requestBody=_body(body or "Empty", required=body is not None))}
+
+    return {
+        "/jobs": {
+            "post": _op("Enqueue a job", "producer (its key's types and max priority), admin", {
+                "201": _json(job, "Created.", {"Location": location}),
+                "200": _json(job, "An idempotent replay: the job created the first time.", {
+                    "Location": location,
+                    "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
+            }, *WRITE, 422, parameters=[key_header], requestBody=_body("NewJob")),
+            "get": _op("List jobs, newest first",
+                       "producer (own jobs), worker (jobs it holds or held), viewer, admin",
+                       {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
+                       parameters=list_params),
+        },
+        "/jobs/{id}": {"get": _op("One job with its attempt history", "as GET /jobs",
+                                  {"200": _json(_ref("JobWithHistory"), "The job.")},
+                                  401, 403, 404, parameters=[JOB_ID])},
+        "/jobs/claim": {"post": _op("Claim the best due job", "worker", {
+            "200": _json(job, "The claimed job, now running."),
+            "204": {"description": "No job came due within `wait`."},
+        }, *WRITE, 422, security=BEARER, requestBody=_body("ClaimRequest", required=False))},
+        "/jobs/{id}/heartbeat": verb("Extend the lease", "the holding worker",
+                                     "HeartbeatRequest", *JOB_VERB),
+        "/jobs/{id}/complete": verb("Complete a held job", "the holding worker",
+                                    "CompleteRequest", *JOB_VERB),
+        "/jobs/{id}/fail": verb("Fail a held attempt", "the holding worker", "FailRequest",
+                                *JOB_VERB),
+        "/jobs/{id}/cancel": verb("Cancel a pending job", "its producer, admin", None,
+                                  *JOB_VERB, security=ANY_AUTH),
+        "/jobs/{id}/retry": verb("Retry a failed or cancelled job", "admin", None, *JOB_VERB,
+                                 security=ANY_AUTH),
+        "/healthz": {"get": _op("Liveness and database reachability", "anyone",
+                                {"200": _json(_ref("Health"), "Healthy.")}, 503, security=[])},
+        "/metrics": {"get": _op("Prometheus metrics", "admin, metrics", {"200": {
+            "description": "Prometheus text exposition; names start with `queuelog_`.",
+            "content": {"text/plain": {"schema": {"type": "string"}}}}}, 401, 403)},
+        "/openapi.json": {"get": _op("This document", "any authenticated caller", {
+            "200": _json({"type": "object"}, "The OpenAPI 3.1 document.")}, 401)},
+    }
+
+
+def document(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document for this app's configuration (its job types)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "queuelog", "version": "0.1.0", "description": (
+            "A persistent background job queue. Every error is application/problem+json "
+            "(RFC 9457) whose `status` equals the HTTP status.")},
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(list(config["JOB_TYPES"])),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "An API key: producer, worker, admin or metrics."},
+                "basic": {"type": "http", "scheme": "basic",
+                          "description": "A person: viewer or admin. Writes must send "
+                                         "Content-Type: application/json."},
+            },
+        },
+    }

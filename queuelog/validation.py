@@ -12,6 +12,8 @@ from .errors import MalformedRequest, UnsupportedMediaType, ValidationFailed
 from .jobs import from_datetime
 
 MAX_DEPTH = 64
+# The latest instant that still formats as a 4-digit year after any UTC offset.
+_LATEST = from_datetime(dt.datetime(9999, 12, 30, tzinfo=dt.timezone.utc))
 _MISSING: Any = object()
 
 
@@ -19,11 +21,19 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _finite_float(literal: str) -> float:
+    # 1e400 is valid JSON syntax but no double: it would be stored as "Infinity".
+    value = float(literal)
+    if not math.isfinite(value):
+        raise ValueError(f"number {literal[:32]} is out of range")
+    return value
+
+
 def parse_json(raw: bytes) -> Any:
     """Decode strict RFC 8259 JSON: no NaN/Infinity, valid UTF-8, no lone surrogates."""
     try:
         text = raw.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
         # Lone surrogates ("\ud800") decode in Python but cannot be stored as UTF-8.
         json.dumps(value, ensure_ascii=False).encode("utf-8")
     except RecursionError:
@@ -88,10 +98,12 @@ class Fields:
                                    errors=self.errors)
 
     def integer(self, name: str, lo: int, hi: int, default: Any = _MISSING) -> Any:
-        """An integer (not a bool, not a float) within [lo, hi]."""
+        """An integer (not a bool; 3.0 counts, as in JSON Schema) within [lo, hi]."""
         value = self.body.get(name, _MISSING)
         if value is _MISSING or value is None and default is not _MISSING:
             return self._absent(name, default)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # JSON has one number type; clients may write 3 as 3.0
         if isinstance(value, bool) or not isinstance(value, int):
             self.error(name, "Must be an integer.")
         elif not lo <= value <= hi:
@@ -174,7 +186,11 @@ class Fields:
         if parsed.tzinfo is None:
             self.error(name, "Must carry a time zone offset or Z.")
             return None
-        return from_datetime(parsed)
+        us = from_datetime(parsed)
+        if not 0 <= us <= _LATEST:
+            self.error(name, "Must be between 1970 and 9999.")
+            return None
+        return us
 
     def _absent(self, name: str, default: Any) -> Any:
         if default is _MISSING:

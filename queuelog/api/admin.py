@@ -7,7 +7,7 @@ from flask import Blueprint
 
 from ..auth import require
 from ..store import get_store
-from ..validation import json_body
+from ..validation import Fields, json_body
 from . import job_json, notify
 
 bp = Blueprint("admin", __name__)
@@ -17,7 +17,7 @@ bp = Blueprint("admin", __name__)
 @require("admin", write=True)
 def retry(job_id: int) -> Any:
     """Failed or cancelled back to pending, with fresh retries; history kept."""
-    json_body()
+    Fields(json_body(), ()).check()  # unknown fields are a 422, as everywhere
     job = get_store().retry(job_id)
     notify()
     return job_json(job)

@@ -39,7 +39,7 @@ def enqueue() -> Any:
 @require("producer", "admin", write=True)
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
-    json_body()  # a body, if sent, must still be well-formed JSON
+    Fields(json_body(), ()).check()  # a body, if sent, must be a JSON object with no fields
     return job_json(get_store().cancel(job_id, scope_of(current_user())))
 
 

@@ -55,7 +55,8 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
     deadline = time.monotonic() + wait
     pause = 0.05
     while True:
-        job = store.claim(worker, lease_seconds=lease or _default_lease(types), types=types)
+        # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
+        job = store.claim(worker, lease_seconds=lease, types=types)
         remaining = deadline - time.monotonic()
         if job is not None or remaining <= 0:
             return job
@@ -67,15 +68,6 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
         pause = min(pause * 2, 1.0)
 
 
-def _default_lease(types: list[str] | None) -> float:
-    # The claim does not know the job's type beforehand: take the longest lease of
-    # the types it may get, so a long-running type is never given a short lease.
-    config = current_app.config
-    names = types if types is not None else list(config["JOB_TYPES"])
-    return float(max(config["JOB_TYPES"].get(n, {}).get("lease_seconds", config["LEASE_SECONDS"])
-                     for n in names))
-
-
 @bp.post(f"/jobs/{JOB_ID}/heartbeat")
 @require("worker", write=True)
 def heartbeat(job_id: int) -> Any:
@@ -84,9 +76,8 @@ def heartbeat(job_id: int) -> Any:
     attempt = f.integer("attempt", 1, 2**31 - 1)
     lease = f.number("lease_seconds", 1, MAX_LEASE, default=None)
     f.check()
-    return job_json(get_store().heartbeat(
-        job_id, current_user().name, attempt,
-        lease_seconds=lease or current_app.config["LEASE_SECONDS"]))
+    return job_json(get_store().heartbeat(job_id, current_user().name, attempt,
+                                          lease_seconds=lease))
 
 
 @bp.post(f"/jobs/{JOB_ID}/complete")

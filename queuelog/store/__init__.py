@@ -1,24 +1,30 @@
 """The store: all SQL of queuelog lives in this package; views never import sqlalchemy."""
 from __future__ import annotations
 
+from typing import Mapping
+
 from flask import Flask, current_app
 
 from .accounts import Accounts, ApiKey, User, hash_token
 from .engine import create_schema, make_engine, system_clock
 from .queue import ALL, NewJob, Page, Queue, Scope
+from .stats import Series, Stats
 
-__all__ = ["ALL", "Accounts", "ApiKey", "NewJob", "Page", "Scope", "Store", "User",
+__all__ = ["ALL", "Accounts", "ApiKey", "NewJob", "Page", "Scope", "Series", "Store", "User",
            "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue):
-    """The job verbs, plus ``accounts`` for keys and users, on one engine and one clock."""
+class Store(Queue, Stats):
+    """Job verbs, dashboard reads and ``accounts`` (keys, users): one engine, one clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
-                 backoff_base: float = 2.0, backoff_cap: float = 3600.0) -> None:
+                 backoff_base: float = 2.0, backoff_cap: float = 3600.0,
+                 lease_seconds: float = 300.0,
+                 type_leases: Mapping[str, float] | None = None) -> None:
         engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         super().__init__(engine, clock=system_clock, backoff_base=backoff_base,
-                         backoff_cap=backoff_cap)
+                         backoff_cap=backoff_cap, lease_seconds=lease_seconds,
+                         type_leases=type_leases)
         # Accounts read the queue's clock, so a test that moves one moves both.
         self.accounts = Accounts(engine, clock=lambda: self.clock())
 
@@ -36,7 +42,11 @@ def init_app(app: Flask) -> Store:
     store = Store(app.config["DATABASE_URL"],
                   sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
                   backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
-                  backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]))
+                  backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
+                  lease_seconds=float(app.config["LEASE_SECONDS"]),
+                  type_leases={name: float(opts["lease_seconds"])
+                               for name, opts in app.config["JOB_TYPES"].items()
+                               if "lease_seconds" in opts})
     store.create_schema()
     app.extensions["queuelog.store"] = store
     return store

@@ -1,0 +1,158 @@
+"""Dashboard speed at scale: /ui/ and deep pages with 1,000 vs 1,000,000 jobs (SQLite).
+
+    python bench/bench_dashboard.py [--runs 15] [--sizes 1000,1000000] [--keep DIR]
+
+Fills a fresh SQLite database per size with one INSERT ... SELECT over a recursive CTE
+(about ten seconds for a million jobs), then times pages through Flask's test client
+and prints medians and the ratio of the largest size to the smallest (target <= 1.5x).
+Jobs arrive at a steady rate (one every 3.6 s, the newest now), so both databases
+have the same last hour: what grows is history, which is what a dashboard must not scan.
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from queuelog import create_app  # noqa: E402
+from queuelog.auth import hash_password  # noqa: E402
+
+NOW = 1_780_000_000_000_000       # a fixed "now" (epoch microseconds) for every run
+SPACING = 3_600_000               # 3.6 s between jobs: 1,000 jobs per hour
+PASSWORD = "bench-password"
+
+# Older than an hour: mostly completed, some failed or cancelled. The last hour also has
+# pending, scheduled and running jobs. Every claimed job has its attempt row.
+FILL = """
+WITH RECURSIVE seq(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM seq WHERE n < :count),
+aged AS (SELECT n, :now - (:count - n) * :spacing AS created,
+                CASE WHEN (:count - n) * :spacing > 3600000000 THEN
+                    CASE WHEN n % 20 = 0 THEN 'failed' WHEN n % 50 = 1 THEN 'cancelled'
+                         ELSE 'completed' END
+                ELSE CASE n % 10 WHEN 0 THEN 'pending' WHEN 1 THEN 'pending'
+                     WHEN 2 THEN 'running' WHEN 3 THEN 'failed' ELSE 'completed' END
+                END AS status
+         FROM seq)
+INSERT INTO jobs (id, type, payload, priority, status, attempt, retry_count, max_retries,
+                  producer, worker_id, run_at, claimed_at, lease_expires_at, result, error,
+                  created_at, updated_at, finished_at)
+SELECT n, CASE n % 3 WHEN 0 THEN 'email' WHEN 1 THEN 'pdf' ELSE 'sync' END,
+       '{"to": "user' || n || '@example.com", "template": "welcome"}',
+       (n % 4) * 10, status,
+       CASE WHEN status IN ('pending', 'cancelled') THEN 0 ELSE 1 END, 0, 3, 'billing',
+       CASE WHEN status IN ('pending', 'cancelled') THEN NULL ELSE 'worker-' || (n % 8) END,
+       CASE WHEN status = 'pending' AND n % 20 = 0 THEN created + 7200000000 ELSE created END,
+       CASE WHEN status IN ('pending', 'cancelled') THEN NULL ELSE created + 1000000 END,
+       CASE WHEN status = 'running' THEN created + 301000000 END,
+       CASE WHEN status = 'completed' THEN '{"ok": true}' END,
+       CASE WHEN status = 'failed' THEN 'SMTP 550: mailbox unavailable' END,
+       created, created + 2000000,
+       CASE WHEN status IN ('completed', 'failed', 'cancelled') THEN created + 2000000 END
+FROM aged
+"""
+ATTEMPTS = """
+INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, finished_at, outcome, error)
+SELECT id, 1, worker_id, claimed_at, finished_at,
+       CASE status WHEN 'running' THEN 'running' ELSE status END, error
+FROM jobs WHERE attempt = 1
+"""
+
+
+def build(size: int, folder: str) -> Any:
+    """A fresh app whose SQLite database holds ``size`` jobs; returns the app."""
+    path = os.path.join(folder, f"bench-{size}.sqlite3")
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(path + suffix):
+            os.remove(path + suffix)
+    app = create_app({"DATABASE_URL": f"sqlite:///{path}", "SECRET_KEY": "bench",
+                      "BOOTSTRAP_ADMIN": False, "SQLITE_SYNCHRONOUS": "OFF",
+                      "AUTH_CACHE_SECONDS": 3600})
+    store = app.extensions["queuelog.store"]
+    store.clock = lambda: NOW
+    started = time.perf_counter()
+    with store.engine.begin() as conn:
+        params = {"count": size, "now": NOW, "spacing": SPACING}
+        sql = FILL
+        for name, value in params.items():  # literal ints: the CTE needs no driver params
+            sql = sql.replace(f":{name}", str(int(value)))
+        conn.exec_driver_sql(sql)
+        conn.exec_driver_sql(ATTEMPTS)
+        conn.exec_driver_sql("ANALYZE")
+    print(f"  filled {size:,} jobs in {time.perf_counter() - started:.1f} s", flush=True)
+    store.accounts.create_user("bench", hash_password(PASSWORD), "admin")
+    return app
+
+
+def median_ms(fn: Callable[[], Any], runs: int) -> float:
+    """Median wall time of ``fn`` in milliseconds, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(times)
+
+
+def measure(app: Any, size: int, runs: int) -> dict[str, float]:
+    """Time each page; every response must be a 200."""
+    client = app.test_client()
+    auth = {"Authorization": "Basic " + base64.b64encode(
+        f"bench:{PASSWORD}".encode()).decode()}
+
+    def get(url: str) -> Callable[[], Any]:
+        def call() -> Any:
+            resp = client.get(url, headers=auth)
+            assert resp.status_code == 200, (url, resp.status_code)
+            return resp
+        return call
+
+    deep = size // 2
+    pages = {
+        "/ui/ (counts, chart, first page)": "/ui/",
+        "deep page via cursor (before=N/2)": f"/ui/?before={deep}",
+        "older page from the deep page": f"/ui/?before={deep - 50}",
+        "failed jobs, first page": "/ui/?status=failed",
+        "one job": f"/ui/jobs/{deep}",
+    }
+    return {name: median_ms(get(url), runs) for name, url in pages.items()}
+
+
+def main() -> None:
+    """Run the benchmark and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--sizes", default="1000,1000000")
+    parser.add_argument("--keep", default=None, help="folder for the databases (kept)")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    folder = args.keep or tempfile.mkdtemp(prefix="queuelog-bench-")
+    os.makedirs(folder, exist_ok=True)
+    results = {}
+    for size in sizes:
+        print(f"{size:,} jobs:", flush=True)
+        app = build(size, folder)
+        results[size] = measure(app, size, args.runs)
+        app.extensions["queuelog.store"].close()
+    small, large = min(sizes), max(sizes)
+    print(f"\nmedian of {args.runs} runs, ms (SQLite, Flask test client)")
+    print(f"{'page':<36} {small:>10,} {large:>12,}   ratio")
+    for name in results[small]:
+        a, b = results[small][name], results[large][name]
+        flag = "ok" if b <= 1.5 * a else "SLOW"
+        print(f"{name:<36} {a:>10.2f} {b:>12.2f}   {b / a:4.2f}x {flag}")
+    if not args.keep:
+        for f in os.listdir(folder):
+            os.remove(os.path.join(folder, f))
+        os.rmdir(folder)
+
+
+if __name__ == "__main__":
+    main()

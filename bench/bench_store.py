@@ -1,0 +1,356 @@
+"""Benchmark the store: ratios within one run, medians of several runs.
+
+  (a) claim+complete through the store vs the raw driver (sqlite3 / psycopg) running the
+      same statements in the same transactions;
+  (b) claim+complete cost with a small vs a large backlog of pending jobs (about 1.0 means
+      the claim is an index walk that does not grow with the table);
+  (c) enqueue over HTTP (Flask test client, no network) vs the store's enqueue.
+
+    python bench/bench_store.py                      # SQLite in a temp dir
+    python bench/bench_store.py --database-url postgresql+psycopg://postgres@127.0.0.1/scratch
+
+PostgreSQL: give a scratch database; the benchmark drops and recreates queuelog's tables
+in it, and refuses a database whose jobs table has rows.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from sqlalchemy import event, inspect, text
+from sqlalchemy.engine import make_url
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+
+from queuelog import create_app  # noqa: E402
+from queuelog.schema import metadata  # noqa: E402
+from queuelog.store import NewJob, Store  # noqa: E402
+
+WORKER = "bench-worker"
+LEASE_US = 300 * 1_000_000
+
+# The raw baseline: the statements the store runs for one claim and one complete, written
+# out by hand, in the same transactions (claim: take back expired leases, claim, open the
+# attempt; complete: close the job, close the attempt). ``{lock}`` is SKIP LOCKED on PG.
+RAW_EXPIRED = ("SELECT id, attempt FROM jobs WHERE status = 'running' AND lease_expires_at < :now "
+               "ORDER BY lease_expires_at LIMIT 100{lock}")
+RAW_CLAIM = ("UPDATE jobs SET status = 'running', attempt = attempt + 1, worker_id = :wkr, "
+             "claimed_at = :now, lease_expires_at = :now + :lease_us, updated_at = :now "
+             "WHERE status = 'pending' AND id = (SELECT cand.id FROM jobs AS cand "
+             "WHERE cand.status = 'pending' AND cand.run_at <= :now "
+             "ORDER BY cand.priority DESC, cand.run_at, cand.id LIMIT 1{lock}) RETURNING *")
+RAW_ATTEMPT_START = ("INSERT INTO job_attempts (job_id, attempt, worker_id, started_at, outcome) "
+                     "VALUES (:jid, :att, :wkr, :now, 'running')")
+RAW_COMPLETE = ("UPDATE jobs SET status = 'completed', result = :res, lease_expires_at = NULL, "
+                "finished_at = :now, updated_at = :now WHERE id = :jid AND status = 'running' "
+                "AND attempt = :att AND worker_id = :wkr RETURNING *")
+RAW_ATTEMPT_END = ("UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
+                   "error = NULL WHERE job_id = :jid AND attempt = :att")
+
+
+def now_us() -> int:
+    """Wall clock as epoch microseconds, like the store's clock."""
+    return time.time_ns() // 1_000
+
+
+class Database:
+    """One benchmark database: reset, fill, and a raw driver connection beside the store."""
+
+    def __init__(self, url: str | None, synchronous: str) -> None:
+        self.tmp = tempfile.TemporaryDirectory(prefix="queuelog-bench-") if url is None else None
+        self.url = url or f"sqlite:///{self.tmp.name}/bench.sqlite3"  # type: ignore[union-attr]
+        self.postgres = make_url(self.url).get_backend_name() == "postgresql"
+        self.synchronous = synchronous
+
+    def store(self) -> Store:
+        """A fresh store on an empty schema."""
+        if not self.postgres:
+            path = make_url(self.url).database
+            for suffix in ("", "-wal", "-shm"):
+                if path and os.path.exists(path + suffix):
+                    os.remove(path + suffix)
+        store = Store(self.url, sqlite_synchronous=self.synchronous)
+        if self.postgres:
+            metadata.drop_all(store.engine)
+        store.create_schema()
+        return store
+
+    def check_empty(self) -> None:
+        """Refuse to run on a PostgreSQL database that holds real jobs."""
+        if not self.postgres:
+            return
+        store = Store(self.url)
+        try:
+            if inspect(store.engine).has_table("jobs"):
+                with store.engine.connect() as conn:
+                    if conn.execute(text("SELECT EXISTS (SELECT 1 FROM jobs)")).scalar():
+                        sys.exit(f"{self.url}: the jobs table has rows; give a scratch database")
+        finally:
+            store.close()
+
+    def fill(self, store: Store, n: int) -> None:
+        """Insert ``n`` due pending jobs of mixed priority in one statement."""
+        now = now_us()
+        cols = ("INSERT INTO jobs (type, payload, priority, status, attempt, retry_count, "
+                "max_retries, producer, run_at, created_at, updated_at) ")
+        row = (f"SELECT 'email', '{{\"to\": \"a@b.c\"}}', (i % 4) * 10, 'pending', 0, 0, 3, "
+               f"'bench', {now - 60_000_000} + i, {now}, {now}")
+        if self.postgres:
+            sql = cols + row + f" FROM generate_series(1, {int(n)}) AS s(i)"
+        else:
+            sql = (cols + f"WITH RECURSIVE seq(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM seq "
+                   f"WHERE i < {int(n)}) " + row + " FROM seq")
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql(sql)
+        with store.engine.begin() as conn:  # fresh statistics for the planner
+            conn.exec_driver_sql("ANALYZE")
+
+    def raw(self) -> "RawQueue":
+        """The raw-driver baseline on this database."""
+        return RawQueue(self.url, self.postgres, self.synchronous)
+
+
+class RawQueue:
+    """claim+complete with the bare DB-API driver: the floor the store is measured against."""
+
+    def __init__(self, url: str, postgres: bool, synchronous: str) -> None:
+        self.postgres = postgres
+        lock = " FOR UPDATE SKIP LOCKED" if postgres else ""
+        sqls = [s.replace("{lock}", lock) for s in
+                (RAW_EXPIRED, RAW_CLAIM, RAW_ATTEMPT_START, RAW_COMPLETE, RAW_ATTEMPT_END)]
+        if postgres:
+            import psycopg
+            sqls = [re.sub(r":(\w+)", r"%(\1)s", s) for s in sqls]
+            parsed = make_url(url)
+            self.conn: Any = psycopg.connect(parsed.set(drivername="postgresql")
+                                             .render_as_string(hide_password=False))
+        else:
+            self.conn = sqlite3.connect(make_url(url).database, isolation_level=None,
+                                        timeout=30, check_same_thread=False)
+            for pragma in ("journal_mode=WAL", "busy_timeout=30000",
+                           f"synchronous={synchronous}", "foreign_keys=ON"):
+                self.conn.execute(f"PRAGMA {pragma}")
+        self.expired, self.claim_sql, self.start, self.complete_sql, self.end = sqls
+
+    def _begin(self) -> Any:
+        if self.postgres:
+            return self.conn.cursor()
+        cur = self.conn.cursor()
+        cur.execute("BEGIN IMMEDIATE")
+        return cur
+
+    def _commit(self, cur: Any) -> None:
+        if self.postgres:
+            self.conn.commit()
+        else:
+            cur.execute("COMMIT")
+        cur.close()
+
+    def claim_complete(self) -> None:
+        """One claim and one complete, two transactions, as a worker does them."""
+        cur = self._begin()
+        now = now_us()
+        cur.execute(self.expired, {"now": now})
+        cur.fetchall()
+        cur.execute(self.claim_sql, {"now": now, "wkr": WORKER, "lease_us": LEASE_US})
+        row = cur.fetchone()
+        cur.execute(self.start, {"jid": row[0], "att": row[5], "wkr": WORKER, "now": now})
+        self._commit(cur)
+        cur = self._begin()
+        now = now_us()
+        params = {"jid": row[0], "att": row[5], "wkr": WORKER, "now": now, "res": '{"ok":true}'}
+        cur.execute(self.complete_sql, params)
+        assert cur.fetchone() is not None
+        cur.execute(self.end, params)
+        self._commit(cur)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.conn.close()
+
+
+def store_claim_complete(store: Store) -> None:
+    """One claim and one complete through the store."""
+    job = store.claim(WORKER, lease_seconds=300)
+    assert job is not None, "the benchmark ran out of jobs"
+    store.complete(job.id, WORKER, job.attempt, '{"ok":true}')
+
+
+def rate(op: Callable[[], None], n: int) -> float:
+    """Operations per second of ``n`` calls."""
+    start = time.perf_counter()
+    for _ in range(n):
+        op()
+    return n / (time.perf_counter() - start)
+
+
+def count_statements(store: Store) -> int:
+    """Statements the store sends for one claim+complete (the raw loop sends 5 + BEGIN/COMMIT)."""
+    seen: list[str] = []
+
+    def record(*args: Any) -> None:
+        seen.append(args[2])
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        store_claim_complete(store)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    return sum(1 for s in seen if not s.startswith(("BEGIN", "COMMIT")))
+
+
+def bench_vs_raw(db: Database, runs: int, ops: int) -> dict[str, Any]:
+    """(a) store claim+complete rate over the raw driver's, per run, alternating who goes first."""
+    ratios, store_rates, raw_rates = [], [], []
+    statements = 0
+    for i in range(runs):
+        store = db.store()
+        db.fill(store, 2 * ops + 10)
+        raw = db.raw()
+        statements = count_statements(store)
+        rate_store = rate_raw = 0.0
+        for who in (("store", "raw") if i % 2 == 0 else ("raw", "store")):
+            if who == "store":
+                rate_store = rate(lambda: store_claim_complete(store), ops)
+            else:
+                rate_raw = rate(raw.claim_complete, ops)
+        raw.close()
+        store.close()
+        store_rates.append(rate_store)
+        raw_rates.append(rate_raw)
+        ratios.append(rate_store / rate_raw)
+    return {"store": statistics.median(store_rates), "raw": statistics.median(raw_rates),
+            "ratio": statistics.median(ratios), "statements": statements}
+
+
+def claim_plan(db: Database, store: Store) -> str:
+    """The query plan of the claim statement the store really sends."""
+    captured: list[tuple[str, Any]] = []
+
+    def record(_conn: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
+        if statement.lstrip().upper().startswith("UPDATE JOBS SET STATUS"):
+            captured.append((statement, parameters))
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        store_claim_complete(store)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    statement, parameters = captured[0]
+    raw = store.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute(("EXPLAIN " if db.postgres else "EXPLAIN QUERY PLAN ") + statement, parameters)
+        rows = cur.fetchall()
+        raw.rollback()
+    finally:
+        raw.close()
+    lines = [str(r[0]) if db.postgres else str(r[-1]) for r in rows]
+    return " | ".join(line.strip() for line in lines)
+
+
+def bench_backlog(db: Database, runs: int, ops: int, small: int,
+                  large: int) -> dict[str, Any]:
+    """(b) claim+complete rate with a small and a large pending backlog."""
+    out: dict[str, Any] = {}
+    for size in (small, large):
+        store = db.store()
+        start = time.perf_counter()
+        db.fill(store, size + runs * ops + 10)
+        out[f"fill_{size}"] = time.perf_counter() - start
+        out[f"rate_{size}"] = statistics.median(
+            rate(lambda: store_claim_complete(store), ops) for _ in range(runs))
+        if size == large:
+            out["plan"] = claim_plan(db, store)
+        store.close()
+    out["ratio"] = out[f"rate_{large}"] / out[f"rate_{small}"]
+    return out
+
+
+def bench_http(db: Database, runs: int, ops: int) -> dict[str, Any]:
+    """(c) enqueue through the HTTP stack (test client) vs the store's enqueue."""
+    store = db.store()
+    store.close()  # the app creates its own store on the same (empty) database
+    app = create_app({"TESTING": True, "DATABASE_URL": db.url, "SECRET_KEY": "bench",
+                      "BOOTSTRAP_ADMIN": False, "SQLITE_SYNCHRONOUS": db.synchronous})
+    app_store: Store = app.extensions["queuelog.store"]
+    _, token = app_store.accounts.create_key("bench", "producer")
+    client = app.test_client()
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"type": "email", "payload": {"to": "a@b.c"}}
+    new = NewJob(producer="bench", type="email", payload_json=json.dumps(body["payload"]),
+                 priority=0, max_retries=3)
+
+    def over_http() -> None:
+        assert client.post("/jobs", json=body, headers=headers).status_code == 201
+
+    http_rates, store_rates, ratios = [], [], []
+    for _ in range(runs):
+        http_rates.append(rate(over_http, ops))
+        store_rates.append(rate(lambda: app_store.enqueue(new), ops))
+        ratios.append(http_rates[-1] / store_rates[-1])
+    app_store.close()
+    return {"http": statistics.median(http_rates), "store": statistics.median(store_rates),
+            "ratio": statistics.median(ratios)}
+
+
+def table(rows: list[tuple[str, str, str]]) -> str:
+    """A small Markdown table."""
+    header = ("measurement", "result", "ratio")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+    fmt = "| " + " | ".join(f"{{:<{w}}}" for w in widths) + " |"
+    lines = [fmt.format(*header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
+    return "\n".join([*lines, *(fmt.format(*r) for r in rows)])
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmarks and print a table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--database-url", default=None,
+                        help="default: a SQLite file in a temp dir; PostgreSQL: a scratch db")
+    parser.add_argument("--synchronous", default="FULL", help="SQLite synchronous (FULL, NORMAL)")
+    parser.add_argument("--runs", type=int, default=5, help="runs per measurement (median)")
+    parser.add_argument("--ops", type=int, default=1000, help="claim+complete per timed run")
+    parser.add_argument("--small", type=int, default=1_000, help="small backlog")
+    parser.add_argument("--large", type=int, default=100_000, help="large backlog")
+    parser.add_argument("--http-ops", type=int, default=500, help="enqueues per HTTP run")
+    parser.add_argument("--skip-http", action="store_true")
+    args = parser.parse_args(argv)
+
+    db = Database(args.database_url, args.synchronous.upper())
+    db.check_empty()
+    backend = "PostgreSQL" if db.postgres else f"SQLite {sqlite3.sqlite_version}, " \
+        f"synchronous={db.synchronous}"
+    print(f"queuelog store benchmark: {backend}; median of {args.runs} runs", flush=True)
+    started = time.perf_counter()
+
+    a = bench_vs_raw(db, args.runs, args.ops)
+    driver = "psycopg" if db.postgres else "sqlite3"
+    rows = [(f"claim+complete, store ({a['statements']} statements)", f"{a['store']:,.0f}/s",
+             f"{a['ratio']:.2f}x of raw"),
+            (f"claim+complete, raw {driver}", f"{a['raw']:,.0f}/s", "1.00x")]
+    b = bench_backlog(db, args.runs, args.ops, args.small, args.large)
+    rows += [(f"claim+complete, {args.small:,} pending", f"{b[f'rate_{args.small}']:,.0f}/s",
+              "1.00x"),
+             (f"claim+complete, {args.large:,} pending", f"{b[f'rate_{args.large}']:,.0f}/s",
+              f"{b['ratio']:.2f}x of {args.small:,}")]
+    if not args.skip_http:
+        c = bench_http(db, args.runs, args.http_ops)
+        rows += [("enqueue, store", f"{c['store']:,.0f}/s", "1.00x"),
+                 ("enqueue, HTTP (test client)", f"{c['http']:,.0f}/s",
+                  f"{c['ratio']:.2f}x of store")]
+    print(table(rows))
+    print(f"\nclaim plan with {args.large:,} pending: {b['plan']}")
+    print(f"fill {args.large:,} jobs: {b[f'fill_{args.large}']:.1f} s; "
+          f"total {time.perf_counter() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

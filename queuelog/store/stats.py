@@ -1,0 +1,95 @@
+"""Dashboard reads: capped counts per status and the per-minute outcome series.
+
+Both stay cheap at any table size. Counts stop at a cap (``COUNT_CAP``, shown as
+"10,000+"), so each is an index range of at most cap+1 entries, never a scan of the
+table; we keep no counter rows, because a row every claim updates would serialize
+claims on PostgreSQL. The chart reads one hour of ``job_attempts.finished_at``
+(index ``ix_attempts_finished``), so it costs the last hour's throughput, not history.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any
+
+from sqlalchemy import Engine, bindparam, func, literal_column, select
+
+from ..jobs import Outcome, Priority, Status
+from ..schema import job_attempts, jobs
+from .engine import Clock
+
+MINUTE_US = 60_000_000
+FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """Attempts finished per minute, oldest minute first; the last is the current minute."""
+
+    start: int              # epoch microseconds of the first bucket
+    bucket: int             # bucket width in microseconds
+    completed: list[int]
+    failed: list[int]       # failed attempts, lease expiries included
+
+
+def _capped(*cond: Any) -> Any:
+    # COUNT over a LIMITed subquery: the database stops reading at cap + 1 rows.
+    sub = (select(literal_column("1")).select_from(jobs).where(*cond)
+           .limit(bindparam("cap")).subquery())
+    return select(func.count()).select_from(sub).scalar_subquery()
+
+
+@functools.lru_cache(maxsize=1)
+def _counts_statement() -> Any:
+    """One SELECT of capped counts: a round trip and a snapshot for the whole bar."""
+    cols = [_capped(jobs.c.status == literal_column(f"'{s.value}'")).label(s.value)
+            for s in Status]
+    # Scheduled = pending with a future run_at. One range per priority over the claim
+    # index (priority, run_at), so a million due jobs are never walked to find them.
+    pending = jobs.c.status == literal_column(f"'{Status.PENDING.value}'")
+    cols += [_capped(pending, jobs.c.priority == literal_column(str(int(p))),
+                     jobs.c.run_at > bindparam("now")).label(f"scheduled_{p.label}")
+             for p in Priority]
+    return select(*cols)
+
+
+@functools.lru_cache(maxsize=1)
+def _series_statement() -> Any:
+    bucket = ((job_attempts.c.finished_at - bindparam("start")) // bindparam("width"))
+    return (select(bucket.label("bucket"), job_attempts.c.outcome, func.count())
+            .where(job_attempts.c.finished_at >= bindparam("start"),
+                   job_attempts.c.finished_at < bindparam("end"),
+                   job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
+            # By the output name: repeating the expression would repeat its parameters,
+            # which PostgreSQL (server-side binding) does not see as the same expression.
+            .group_by(literal_column("bucket"), job_attempts.c.outcome))
+
+
+class Stats:
+    """Read-only dashboard queries; mixed into Store, which provides engine and clock."""
+
+    engine: Engine
+    clock: Clock
+
+    def count_by_status(self, cap: int) -> dict[str, int]:
+        """Jobs per status plus ``scheduled``, each counted only up to ``cap`` + 1."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_counts_statement(), {"cap": cap + 1,
+                                                     "now": self.clock()}).one()
+        out = {s.value: int(row._mapping[s.value]) for s in Status}
+        scheduled = sum(int(row._mapping[f"scheduled_{p.label}"]) for p in Priority)
+        out["scheduled"] = min(scheduled, cap + 1)
+        return out
+
+    def outcomes_per_minute(self, minutes: int = 60) -> Series:
+        """Completed and failed attempts per minute over the last ``minutes`` minutes."""
+        end = (self.clock() // MINUTE_US + 1) * MINUTE_US  # end of the current minute
+        start = end - minutes * MINUTE_US
+        completed, failed = [0] * minutes, [0] * minutes
+        with self.engine.connect() as conn:
+            rows = conn.execute(_series_statement(), {"start": start, "end": end,
+                                                      "width": MINUTE_US}).all()
+        for bucket, outcome, count in rows:
+            target = completed if outcome == Outcome.COMPLETED.value else failed
+            target[int(bucket)] += int(count)
+        return Series(start, MINUTE_US, completed, failed)

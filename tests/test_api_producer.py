@@ -1,0 +1,177 @@
+"""POST /jobs and POST /jobs/{id}/cancel: success shapes, defaults, roles and errors."""
+from __future__ import annotations
+
+import re
+import base64
+from typing import Any
+
+import pytest
+from werkzeug.security import generate_password_hash
+
+ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
+JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_count",
+              "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
+              "lease_expires_at", "result", "created_at", "updated_at", "finished_at"]
+
+
+@pytest.fixture
+def config() -> dict[str, Any]:
+    """A type with its own max_retries and payload limit."""
+    return {"JOB_TYPES": {"email": {}, "pdf": {}, "sync": {},
+                          "report": {"max_retries": 7, "max_payload_bytes": 40}}}
+
+
+def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:
+    """Create a user with a cheap hash; return its Basic Authorization header."""
+    store.accounts.create_user(username, generate_password_hash(password, "pbkdf2:sha256:1000"),
+                               role)
+    raw = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {raw}"}
+
+
+def problem(resp: Any, status: int) -> dict[str, Any]:
+    """Assert an RFC 9457 answer with this status; return its body."""
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    assert resp.mimetype == "application/problem+json"
+    body = resp.get_json(force=True)
+    assert body["status"] == status and body["title"] and body["detail"] and body["type"]
+    return body
+
+
+def test_enqueue_answers_201_with_the_job_and_its_location(client, producer, clock):
+    resp = client.post("/jobs", json={"type": "email", "payload": {"to": "a@b.c"},
+                                      "priority": "medium", "max_retries": 5}, headers=producer)
+    assert resp.status_code == 201
+    job = resp.json
+    assert resp.headers["Location"] == f"/jobs/{job['id']}"
+    assert sorted(job) == sorted(JOB_FIELDS)  # no error field for a producer
+    assert job["payload"] == {"to": "a@b.c"} and job["priority"] == "medium"
+    assert (job["status"], job["attempt"], job["retry_count"], job["max_retries"]) == (
+        "pending", 0, 0, 5)
+    assert job["producer"] == "billing" and job["worker_id"] is None
+    assert ISO.match(job["run_at"]) and job["run_at"] == job["created_at"] == job["updated_at"]
+    assert job["run_at"] == "2026-05-28T20:26:40.000000Z"  # the fake clock's instant
+    assert job["claimed_at"] is job["finished_at"] is job["result"] is None
+    assert client.get(resp.headers["Location"], headers=producer).json["id"] == job["id"]
+
+
+def test_enqueue_defaults(client, producer):
+    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    assert (job["priority"], job["max_retries"], job["payload"]) == ("low", 3, {})
+    assert client.post("/jobs", json={"type": "report"}, headers=producer).json[
+        "max_retries"] == 7
+
+
+@pytest.mark.parametrize("label", ["low", "medium", "high", "critical"])
+def test_admin_may_enqueue_at_any_priority(client, admin, label):
+    resp = client.post("/jobs", json={"type": "pdf", "priority": label}, headers=admin)
+    assert resp.status_code == 201 and resp.json["priority"] == label
+    assert resp.json["producer"] == "root" and resp.json["error"] is None
+
+
+def test_enqueue_run_at_and_delay_seconds(client, producer, clock):
+    at = client.post("/jobs", json={"type": "email", "run_at": "2030-01-02T03:04:05+02:00"},
+                     headers=producer).json
+    assert at["run_at"] == "2030-01-02T01:04:05.000000Z"
+    later = client.post("/jobs", json={"type": "email", "delay_seconds": 90.5},
+                        headers=producer).json
+    assert later["run_at"] == "2026-05-28T20:28:10.500000Z"
+
+
+@pytest.mark.parametrize("body, field", [
+    ({"type": "fax"}, "type"),
+    ({}, "type"),
+    ({"type": "email", "payload": [1, 2]}, "payload"),
+    ({"type": "email", "payload": "text"}, "payload"),
+    ({"type": "report", "payload": {"x": "y" * 40}}, "payload"),  # over the type's limit
+    ({"type": "email", "priority": "urgent"}, "priority"),
+    ({"type": "email", "priority": 20}, "priority"),
+    ({"type": "email", "max_retries": 26}, "max_retries"),
+    ({"type": "email", "max_retries": -1}, "max_retries"),
+    ({"type": "email", "max_retries": True}, "max_retries"),
+    ({"type": "email", "max_retries": 2.5}, "max_retries"),
+    ({"type": "email", "run_at": "2030-01-02T03:04:05"}, "run_at"),
+    ({"type": "email", "run_at": "tomorrow"}, "run_at"),
+    ({"type": "email", "delay_seconds": -1}, "delay_seconds"),
+    ({"type": "email", "delay_seconds": 1, "run_at": "2030-01-02T03:04:05Z"}, "delay_seconds"),
+    ({"type": "email", "idempotency_key": ""}, "idempotency_key"),
+    ({"type": "email", "idempotency_key": "k" * 256}, "idempotency_key"),
+    ({"type": "email", "idempotency_key": "tab\there"}, "idempotency_key"),
+    ({"type": "email", "idempotency_key": "caf\u00e9"}, "idempotency_key"),
+    ({"type": "email", "worker_id": "x"}, "worker_id"),
+    ({"type": "email", "status": "completed"}, "status"),
+])
+def test_enqueue_validation_is_422_naming_the_field(client, producer, store, body, field):
+    body_out = problem(client.post("/jobs", json=body, headers=producer), 422)
+    assert body_out["type"].endswith("validation-error")
+    assert field in [e["field"] for e in body_out["errors"]]
+    assert all(set(e) == {"field", "detail"} for e in body_out["errors"])
+    assert store.list_jobs().jobs == []
+
+
+def test_enqueue_reports_every_bad_field_at_once(client, producer):
+    body = problem(client.post("/jobs", json={"type": "fax", "priority": "x", "bogus": 1},
+                               headers=producer), 422)
+    assert {e["field"] for e in body["errors"]} == {"type", "priority", "bogus"}
+
+
+@pytest.mark.parametrize("role", ["worker", "metrics"])
+def test_other_key_roles_may_not_enqueue(client, make_key, role):
+    problem(client.post("/jobs", json={"type": "email"}, headers=make_key("k", role)), 403)
+
+
+def test_viewer_may_not_enqueue(client, store):
+    viewer = add_user(store, "vera", "viewer")
+    problem(client.post("/jobs", json={"type": "email"}, headers=viewer), 403)
+
+
+def test_cancel_own_pending_job(client, producer):
+    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    resp = client.post(f"/jobs/{job['id']}/cancel", headers=producer)
+    assert resp.status_code == 200
+    assert resp.json["status"] == "cancelled" and resp.json["finished_at"] is not None
+    assert client.post(f"/jobs/{job['id']}/cancel", json={}, headers=producer).status_code == 409
+
+
+def test_cancel_errors(client, producer, make_key, worker, admin):
+    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    other = make_key("shop", "producer")
+    problem(client.post(f"/jobs/{job['id']}/cancel", headers=other), 404)
+    problem(client.post("/jobs/424242/cancel", headers=producer), 404)
+    problem(client.post(f"/jobs/{job['id']}/cancel", headers=worker), 403)
+    claimed = client.post("/jobs/claim", headers=worker).json
+    body = problem(client.post(f"/jobs/{claimed['id']}/cancel", headers=producer), 409)
+    assert body["type"].endswith("wrong-state")
+    assert client.get(f"/jobs/{job['id']}", headers=admin).json["status"] == "running"
+
+
+def test_admin_cancels_any_producers_job(client, producer, admin):
+    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    resp = client.post(f"/jobs/{job['id']}/cancel", headers=admin)
+    assert resp.status_code == 200 and resp.json["status"] == "cancelled"
+
+
+def test_cancel_with_malformed_body_is_400_and_changes_nothing(client, producer):
+    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    resp = client.post(f"/jobs/{job['id']}/cancel", data="{nope",
+                       content_type="application/json", headers=producer)
+    problem(resp, 400)
+    assert client.get(f"/jobs/{job['id']}", headers=producer).json["status"] == "pending"
+
+
+def test_idempotent_replay_returns_the_first_job(client, producer):
+    body = {"type": "email", "payload": {"n": 1}, "idempotency_key": "order-7"}
+    first = client.post("/jobs", json=body, headers=producer)
+    again = client.post("/jobs", json=body, headers=producer)
+    assert first.status_code == 201 and "Idempotent-Replayed" not in first.headers
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json == first.json and again.json["idempotency_key"] == "order-7"
+
+
+def test_replay_treats_an_omitted_field_as_its_default(client, producer):
+    sent = client.post("/jobs", json={"type": "email", "idempotency_key": "k"},
+                       headers=producer)
+    explicit = client.post("/jobs", json={"type": "email", "payload": {}, "priority": "low",
+                                          "max_retries": 3, "idempotency_key": "k"},
+                           headers=producer)
+    assert explicit.status_code == 200 and explicit.json["id"] == sent.json["id"]

@@ -1,0 +1,107 @@
+"""The OpenAPI document, proven against the app in process by schemathesis, on each backend.
+
+Schemathesis sends data the document calls valid (it must be accepted) and data it calls
+invalid (it must get a 4xx), and checks every answer against the document: no 5xx, only
+documented status codes, content types, headers and bodies.
+
+Who calls: roles differ per route, so each operation is sent with the key that can reach
+it: the worker key for the worker verbs (claim, heartbeat, complete, fail), which admins
+may not call, and an admin key for everything else (admins may do all the rest and see
+the most fields, e.g. ``error``). The 401 path is covered by schemathesis itself, which
+resends requests without credentials where the document declares security.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import positive_data_acceptance
+
+from queuelog.jobs import Status
+from queuelog.openapi import document
+from queuelog.store import NewJob, Store
+
+WORKER_OPS = {"/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete", "/jobs/{id}/fail"}
+
+
+def seed(store: Store) -> None:
+    """Jobs 1..12 in every state, so small generated ids reach each route's success path."""
+    for n in range(12):
+        store.enqueue(NewJob(producer="billing", type=("email", "pdf", "sync")[n % 3],
+                             payload_json='{"n": %d}' % n, priority=10, max_retries=1))
+    for job_id in (1, 2, 3, 4, 5):          # 1-5 running, held by mailer-1 at attempt 1
+        store.claim("mailer-1", lease_seconds=300)
+    store.fail(5, "mailer-1", 1, "boom", retry=False)                 # 5 failed
+    store.complete(4, "mailer-1", 1, '{"ok": true}')                  # 4 completed
+    store.cancel(6)                                                   # 6 cancelled
+    assert store.get(1).status is Status.RUNNING                      # 7-12 pending
+
+
+@pytest.fixture
+def config() -> dict[str, Any]:
+    """Durability is not under test here; skip the fsyncs (measured: most of the run)."""
+    return {"SQLITE_SYNCHRONOUS": "OFF"}
+
+
+@pytest.fixture
+def keys(make_key: Callable[..., dict[str, str]]) -> dict[str, dict[str, str]]:
+    """The two keys the fuzzer calls with."""
+    return {"admin": make_key("root", "admin"), "worker": make_key("mailer-1", "worker")}
+
+
+@pytest.fixture
+def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]]) -> Any:
+    """The document as the app serves it, loaded in process, over a seeded database."""
+    seed(store)
+    loaded = schemathesis.openapi.from_wsgi("/openapi.json", app, headers=keys["admin"])
+    # Made-up Basic credentials each cost a deliberately slow password hash (timing
+    # equalization): 0.25 s apiece, most of the run. Bad credentials are tested elsewhere.
+    loaded.config.generation.update(with_security_parameters=False)
+    return loaded
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+def _short_wait(case: Any) -> None:
+    # A valid long poll with nothing due would sleep up to 30 s; how long it waits
+    # does not change what it answers, so keep valid waits valid but short.
+    body = case.body
+    if isinstance(body, dict) and type(body.get("wait")) in (int, float) and 0 < body["wait"] <= 30:
+        body["wait"] = min(body["wait"], 0.01)
+
+
+def _stateful_key(case: Any) -> bool:
+    # Whether a valid request with an idempotency key is accepted depends on what was
+    # sent before with that key (422 mismatch) and on the body's key agreeing with the
+    # header's: rules across requests and parameters that a schema cannot state.
+    body = case.body if isinstance(case.body, dict) else {}
+    return case.operation.path == "/jobs" and (
+        body.get("idempotency_key") is not None or "Idempotency-Key" in (case.headers or {}))
+
+
+@settings(max_examples=30, derandomize=True, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@schema.parametrize()
+def test_api_conforms_to_its_document(case: Any, keys: dict[str, dict[str, str]]) -> None:
+    """No 5xx, and every answer as documented, for valid and invalid requests alike."""
+    if case.operation.path == "/jobs/claim":
+        _short_wait(case)
+    role = "worker" if case.operation.path in WORKER_OPS else "admin"
+    skip = [positive_data_acceptance] if _stateful_key(case) else []
+    case.call_and_validate(headers=keys[role], excluded_checks=skip)
+
+
+def test_document_is_served_and_lists_every_route(client: Any, keys: Any, app: Any) -> None:
+    """GET /openapi.json answers the document, with the configured job types."""
+    got = client.get("/openapi.json", headers=keys["admin"])
+    assert got.status_code == 200 and got.json == document(app.config)
+    assert set(got.json["paths"]) == {
+        "/jobs", "/jobs/{id}", "/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete",
+        "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/healthz", "/metrics",
+        "/openapi.json"}
+    new_job = got.json["components"]["schemas"]["NewJob"]
+    assert new_job["properties"]["type"]["enum"] == list(app.config["JOB_TYPES"])
+    assert client.get("/openapi.json").status_code == 401
