@@ -5,7 +5,7 @@ import sys
 
 import click
 from flask import Flask
-from flask.cli import FlaskGroup
+from flask.cli import AppGroup, FlaskGroup, with_appcontext
 
 from . import retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
@@ -23,13 +23,16 @@ def parse_duration(text: str) -> int:
 
 
 @click.command("init-db")
+@with_appcontext
 def init_db() -> None:
     """Create or upgrade the schema (also done on every start)."""
     get_store().create_schema()
     click.echo("Schema is up to date.")
 
 
-@click.group("keys")
+# AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
+# FlaskGroup pushes the app context for plain click commands.
+@click.group("keys", cls=AppGroup)
 def keys() -> None:
     """Create, list and revoke API keys."""
 
@@ -85,7 +88,7 @@ def keys_revoke(name: str) -> None:
     click.echo(f"Revoked key {name!r}.")
 
 
-@click.group("users")
+@click.group("users", cls=AppGroup)
 def users() -> None:
     """Manage the people who sign in to the dashboard."""
 
@@ -118,6 +121,7 @@ def users_create(username: str, role: str, password_stdin: bool) -> None:
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in FINISHED]),
               help="Only these finished statuses (repeatable); default all finished.")
+@with_appcontext
 def purge(older_than: str, statuses: tuple[str, ...]) -> None:
     """Delete finished jobs past retention, with their history, in small batches."""
     seconds = parse_duration(older_than)

@@ -201,7 +201,7 @@ def _paths() -> JSON:
         {"name": "status", "in": "query", "schema": {"type": "string",
                                                      "enum": [s.value for s in Status]}},
         {"name": "type", "in": "query", "schema": {"type": "string", "minLength": 1,
-                                                   "maxLength": 100}},
+                                                   "maxLength": 100, "pattern": "^[^\\u0000]*$"}},
         {"name": "priority", "in": "query", "schema": {"type": "string", "enum": PRIORITIES}},
         {"name": "limit", "in": "query", "schema": _int(1, 200) | {"default": 50}},
         {"name": "cursor", "in": "query", "description": "`next_cursor` of the previous page.",

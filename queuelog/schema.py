@@ -35,6 +35,9 @@ jobs = Table(
     Column("finished_at", BigInteger),
     # V-09: a key is unique per producer, not across producers.
     UniqueConstraint("producer", "idempotency_key", name="uq_jobs_producer_idempotency"),
+    # SQLite reuses the highest rowid once that row is deleted; AUTOINCREMENT never
+    # does, so a purged job's id (in a worker's hands, a URL, a log) names no other job.
+    sqlite_autoincrement=True,
 )
 
 # The claim walks this partial index in claim order and stops at the first due row.

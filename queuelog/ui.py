@@ -61,8 +61,9 @@ def parse_filters(args: Any) -> dict[str, Any]:
             raise BadFilter(f"{name} must be one of {', '.join(choices)}.")
         out[name] = value
     out["type"] = args.get("type") or None
-    if out["type"] is not None and len(out["type"]) > 100:
-        raise BadFilter("type must be at most 100 characters.")
+    if out["type"] is not None and (len(out["type"]) > 100 or not out["type"].isprintable()):
+        # NUL and friends are no type name, and PostgreSQL refuses NUL in text outright.
+        raise BadFilter("type must be at most 100 printable characters.")
     for name in ("before", "after"):
         out[name] = parse_id(args.get(name), name)
     return out
@@ -103,7 +104,8 @@ def index() -> Any:
         "ui/index.html", filters=filters, types=types, statuses=STATUS_CHOICES,
         priorities=PRIORITY_CHOICES, counts=store.count_by_status(current_app.config["COUNT_CAP"]),
         cap=current_app.config["COUNT_CAP"], chart=minute_chart(store.outcomes_per_minute(60)),
-        jobs=[for_reader(j, who) for j in page.jobs], older=page.older, newer=page.newer)
+        jobs=[for_reader(j, who) for j in page.jobs], older=page.older, newer=page.newer,
+        now=store.clock())
 
 
 @bp.get("/jump")
@@ -128,7 +130,7 @@ def job(job_id: int) -> Any:
         found = for_reader(get_store().get(job_id), current_user())
     except JobNotFound:
         return _error_page(404, "No such job", f"There is no job #{job_id}.")
-    return render_template("ui/job.html", job=found)
+    return render_template("ui/job.html", job=found, now=get_store().clock())
 
 
 @bp.post(f"/jobs/<int(max={MAX_ID}):job_id>/retry")

@@ -271,7 +271,7 @@ def test_payloads_results_errors_and_names_are_escaped(client: Any, store: Store
 
 def test_bad_filters_are_400(client: Any, viewer: dict[str, str]) -> None:
     for query in ("status=bogus", "priority=urgent", "before=abc", "after=-1",
-                  "before=99999999999999999999", "type=" + "x" * 101):
+                  "before=99999999999999999999", "type=" + "x" * 101, "type=a%00b"):
         resp = client.get(f"/ui/?{query}", headers=viewer)
         assert resp.status_code == 400 and "Bad filter" in resp.text, query
 
@@ -344,3 +344,54 @@ def test_chart_on_the_page(client: Any, seeded: dict[str, int], viewer: dict[str
     assert html.count('<rect class="hit"') == 60
     assert '<rect class="completed"' in html and '<rect class="failed"' in html
     assert "1 completed, 2 failed" in html  # the seeded minute, in the bar's title
+
+
+# -- signing in: the password cache and the first admin ------------------------------
+
+def test_password_check_is_cached_briefly_then_a_removed_user_is_refused(
+        client: Any, store: Store, viewer: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import delete
+
+    from queuelog import auth
+    from queuelog.schema import users
+    now = [1000.0]
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    checks = []
+    real_check = auth.check_password_hash
+    monkeypatch.setattr(auth, "check_password_hash",
+                        lambda h, p: checks.append(1) or real_check(h, p))
+    for _ in range(3):
+        assert client.get("/ui/", headers=viewer).status_code == 200
+    assert len(checks) == 1  # one slow hash check for a page and the next views
+    cache = client.application.extensions["queuelog.password_cache"]
+    assert all(b"correct horse" not in k and len(k) == 32 for k in cache._entries)
+    with store.engine.begin() as conn:
+        conn.execute(delete(users).where(users.c.username == "vera"))
+    now[0] += client.application.config["AUTH_CACHE_SECONDS"] + 0.01
+    assert client.get("/ui/", headers=viewer).status_code == 401
+
+
+def test_first_admin_is_created_once_when_started_concurrently(
+        app: Any, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    from queuelog import bootstrap_admin
+    barrier = threading.Barrier(4)
+    passwords: list[str | None] = []
+
+    def start() -> None:
+        barrier.wait()
+        passwords.append(bootstrap_admin(app))
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    created = [p for p in passwords if p]
+    assert len(created) == 1 and len(passwords) == 4
+    assert capsys.readouterr().err.count("created user 'admin'") == 1
+    raw = base64.b64encode(f"admin:{created[0]}".encode()).decode()
+    page = app.test_client().get("/ui/", headers={"Authorization": f"Basic {raw}"})
+    assert page.status_code == 200 and '<span class="role">admin</span>' in page.text
+    assert bootstrap_admin(app) is None  # a later start creates no one

@@ -27,8 +27,9 @@ def list_jobs() -> Any:
     status = _choice(args, "status", {s.value: s for s in Status}, errors)
     priority = _choice(args, "priority", {p.label: int(p) for p in Priority}, errors)
     job_type = args.get("type")
-    if job_type is not None and not 1 <= len(job_type) <= 100:
-        errors.append({"field": "type", "detail": "Must be 1 to 100 characters."})
+    # NUL: no type holds one, and PostgreSQL refuses it in a query (a 500, not a 422).
+    if job_type is not None and (not 1 <= len(job_type) <= 100 or "\x00" in job_type):
+        errors.append({"field": "type", "detail": "Must be 1 to 100 characters, no NUL."})
     limit = _int_arg(args, "limit", 1, 200, 50, errors)
     before = decode_cursor(args["cursor"], errors) if "cursor" in args else None
     if errors:

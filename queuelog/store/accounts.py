@@ -133,6 +133,8 @@ class Accounts:
 
     def user(self, username: str) -> User | None:
         """The user of this name, or None."""
+        if "\x00" in username:
+            return None  # no name holds NUL, and PostgreSQL refuses it in a query (a 500)
         with self.engine.connect() as conn:
             row = conn.execute(select(users).where(users.c.username == username)).first()
         return None if row is None else User(row.username, row.role, row.password_hash)

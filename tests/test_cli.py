@@ -1,0 +1,148 @@
+"""The command line: keys create/list/revoke, users create, init-db, purge, and the real script."""
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from queuelog import create_app
+
+
+@pytest.fixture
+def runner(app: Any) -> Any:
+    """Flask's CLI runner, bound to the test app."""
+    return app.test_cli_runner()
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header for a token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def create_key(runner: Any, *args: str) -> str:
+    """Run ``keys create``; return the token from the last line of stdout."""
+    result = runner.invoke(args=["keys", "create", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_keys_create_prints_a_token_that_works(runner, client):
+    token = create_key(runner, "--name", "billing", "--role", "producer", "--types",
+                       "email,pdf", "--max-priority", "high")
+    assert token.startswith("ql_") and len(token) >= 43
+    resp = client.post("/jobs", json={"type": "pdf", "priority": "high"}, headers=bearer(token))
+    assert resp.status_code == 201 and resp.json["producer"] == "billing"
+    assert client.post("/jobs", json={"type": "sync"}, headers=bearer(token)).status_code == 403
+    assert client.post("/jobs", json={"type": "email", "priority": "critical"},
+                       headers=bearer(token)).status_code == 403
+
+
+def test_keys_create_defaults_to_medium_priority(runner, client):
+    token = create_key(runner, "--name", "billing", "--role", "producer")
+    assert client.post("/jobs", json={"type": "email", "priority": "medium"},
+                       headers=bearer(token)).status_code == 201
+    assert client.post("/jobs", json={"type": "email", "priority": "high"},
+                       headers=bearer(token)).status_code == 403
+
+
+def test_keys_create_refuses_bad_input(runner, store):
+    create_key(runner, "--name", "w", "--role", "worker")
+    for args in (["--name", "w", "--role", "worker"],          # active name taken
+                 ["--name", "x", "--role", "viewer"],          # not a key role
+                 ["--name", "x", "--role", "worker", "--types", "fax"],
+                 ["--name", "x", "--role", "producer", "--max-priority", "urgent"],
+                 ["--name", "", "--role", "worker"]):
+        result = runner.invoke(args=["keys", "create", *args])
+        assert result.exit_code != 0, args
+        assert "ql_" not in result.stdout
+    assert [k.name for k in store.accounts.list_keys()] == ["w"]
+
+
+def test_keys_list_shows_no_secrets(runner, store):
+    token = create_key(runner, "--name", "mailer-1", "--role", "worker", "--types", "email")
+    create_key(runner, "--name", "prom", "--role", "metrics")
+    runner.invoke(args=["keys", "revoke", "prom"])
+    result = runner.invoke(args=["keys", "list"])
+    assert result.exit_code == 0
+    assert "mailer-1" in result.output and "worker" in result.output and "email" in result.output
+    assert "revoked" in result.output and "active" in result.output
+    assert token not in result.output and token[3:20] not in result.output
+    assert store.accounts.list_keys()[0].token_hash not in result.output
+
+
+def test_keys_revoke_stops_the_token_at_once(runner, client):
+    token = create_key(runner, "--name", "mailer-1", "--role", "worker")
+    assert client.post("/jobs/claim", headers=bearer(token)).status_code == 204
+    result = runner.invoke(args=["keys", "revoke", "mailer-1"])
+    assert result.exit_code == 0
+    assert client.post("/jobs/claim", headers=bearer(token)).status_code == 401
+    again = runner.invoke(args=["keys", "revoke", "mailer-1"])
+    assert again.exit_code != 0
+    rotated = create_key(runner, "--name", "mailer-1", "--role", "worker")
+    assert client.post("/jobs/claim", headers=bearer(rotated)).status_code == 204
+
+
+def test_users_create_with_password_stdin(runner, client, store):
+    result = runner.invoke(args=["users", "create", "vera", "--role", "viewer",
+                                 "--password-stdin"], input="a long password\n")
+    assert result.exit_code == 0, result.output
+    assert "a long password" not in store.accounts.user("vera").password_hash
+    raw = base64.b64encode(b"vera:a long password").decode()
+    assert client.get("/jobs", headers={"Authorization": f"Basic {raw}"}).status_code == 200
+    for args, stdin in ((["users", "create", "vera", "--role", "viewer", "--password-stdin"],
+                         "another password\n"),                       # name taken
+                        (["users", "create", "bob", "--role", "viewer", "--password-stdin"],
+                         "short\n"),                                   # under 8 characters
+                        (["users", "create", "bob", "--role", "producer", "--password-stdin"],
+                         "a long password\n"),                         # not a user role
+                        (["users", "create", "a:b", "--role", "admin", "--password-stdin"],
+                         "a long password\n")):                        # ':' breaks Basic
+        assert runner.invoke(args=args, input=stdin).exit_code != 0, args
+    assert store.accounts.user("bob") is None
+
+
+def test_init_db_is_idempotent(runner, store):
+    for _ in range(2):
+        result = runner.invoke(args=["init-db"])
+        assert result.exit_code == 0, result.output
+    assert store.list_jobs().jobs == []
+
+
+def test_purge_deletes_old_finished_jobs(runner, client, producer, worker, admin, clock):
+    done = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    pending = client.post("/jobs", json={"type": "pdf"}, headers=producer).json
+    client.post("/jobs/claim", json={"types": ["email"]}, headers=worker)
+    client.post(f"/jobs/{done['id']}/complete", json={"attempt": 1}, headers=worker)
+    clock.advance(3 * 86_400)
+    result = runner.invoke(args=["purge", "--older-than", "7d"])
+    assert result.exit_code == 0 and "0" in result.output
+    clock.advance(5 * 86_400)
+    result = runner.invoke(args=["purge", "--older-than", "7d", "--status", "completed"])
+    assert result.exit_code == 0 and "1" in result.output
+    assert client.get(f"/jobs/{done['id']}", headers=admin).status_code == 404
+    assert client.get(f"/jobs/{pending['id']}", headers=admin).status_code == 200
+    bad = runner.invoke(args=["purge", "--older-than", "soon"])
+    assert bad.exit_code != 0
+
+
+def test_the_console_script_creates_a_working_key(tmp_path):
+    db = f"sqlite:///{tmp_path}/cli.sqlite3"
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": db, "QUEUELOG_SECRET_KEY": "cli-test"}
+    script = os.path.join(os.path.dirname(sys.executable), "queuelog")
+    command = [script] if os.path.exists(script) else ["queuelog"]
+    proc = subprocess.run([*command, "keys", "create", "--name", "ops", "--role", "admin"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    token = proc.stdout.strip().splitlines()[-1]
+    assert token.startswith("ql_") and token not in proc.stderr
+    app = create_app({"DATABASE_URL": db, "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
+    try:
+        client = app.test_client()
+        assert client.get("/metrics", headers=bearer(token)).status_code == 200
+        assert client.get("/metrics", headers=bearer(token + "x")).status_code == 401
+    finally:
+        app.extensions["queuelog.store"].close()
