@@ -4,7 +4,6 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-import threading
 from typing import Any
 
 from flask import Flask
@@ -24,7 +23,8 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     store.init_app(app)
     auth.init_app(app)
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions["queuelog.wakeup"] = threading.Condition()
+    from .api import Wakeup
+    app.extensions["queuelog.wakeup"] = Wakeup()
 
     from .api import admin, producer, read, worker
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp):

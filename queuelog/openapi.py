@@ -13,7 +13,14 @@ MAX_ID = 9_223_372_036_854_775_807          # the route converter's max
 MAX_ATTEMPT = 2**31 - 1
 PRIORITIES = [p.label for p in Priority]
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
-RUN_AT = r"^(?:19[7-9]\d|[2-9]\d{3})-"    # the years the store accepts: 1970 to 9999
+# RFC 3339 as the parser takes it (upper-case T and Z, no leap second), in the years the
+# store takes whole (it takes 1970-01-01 to 9999-12-30 UTC).
+RUN_AT = (r"^(?:197[1-9]|19[89]\d|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])"
+          r"-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
+# The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
+# \\ escapes; the parser takes a bare " inside too); 1 to 255 printable ASCII once unquoted.
+KEY_HEADER = (r'^[ \t]*(?:[!#-~](?:[ -~]{0,253}[!-~])?|"(?:[ -~]{0,253}[!#-~])?'
+              r'|"(?:[ -\[\]-~]|\\["\\]){1,255}")[ \t]*$')
 PROBLEM = "application/problem+json"
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 ANY_AUTH: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]
@@ -117,7 +124,7 @@ def _schemas(job_types: list[str]) -> JSON:
             "priority": _nullable({"type": "string", "enum": PRIORITIES, "default": "low"}),
             "max_retries": _nullable(_int(0, 25)),
             "run_at": _nullable({"type": "string", "format": "date-time", "maxLength": 64,
-                                 "pattern": RUN_AT}),
+                                 "pattern": RUN_AT, "description": "With a time zone."}),
             "delay_seconds": _nullable(_num(0, 366 * 86_400)),
             "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
                                           "pattern": "^[ -~]*$"}),
@@ -209,8 +216,7 @@ def _paths() -> JSON:
     ]
     key_header = {"name": "Idempotency-Key", "in": "header", "description": (
         "The idempotency key, bare or as a structured-field string; must agree with the body's."),
-        "schema": {"type": "string", "minLength": 1, "maxLength": 255,
-                   "pattern": "^[!#-~]([ -~]*[!-~])?$"}}
+        "schema": {"type": "string", "pattern": KEY_HEADER}}
 
     def verb(summary: str, roles: str, body: str | None, *codes: int,
              security: Any = BEARER) -> JSON:

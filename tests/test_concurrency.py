@@ -24,7 +24,7 @@ def config() -> dict[str, Any]:
     return {"SQLITE_SYNCHRONOUS": "NORMAL"}
 
 
-def drain(store: Store, name: str) -> list[int]:
+def drain(store: Store, name: str, first: Any = None) -> list[int]:
     """Claim until the queue answers None; return the ids this worker got."""
     got = []
     while True:
@@ -33,15 +33,17 @@ def drain(store: Store, name: str) -> list[int]:
             return got
         assert job.worker_id == name and job.attempt == 1
         got.append(job.id)
+        if first is not None and len(got) == 1:
+            first.set()
 
 
-def process_main(url: str, name: str, now: int, start: Any, out: str) -> None:
+def process_main(url: str, name: str, now: int, start: Any, first: Any, out: str) -> None:
     """A worker process: its own Store on the same database, then drain."""
     store = Store(url, sqlite_synchronous="NORMAL")
     store.clock = lambda: now  # the parent's fake instant, so no lease looks expired
     try:
         start.wait(timeout=60)
-        pathlib.Path(out).write_text(json.dumps(drain(store, name)))
+        pathlib.Path(out).write_text(json.dumps(drain(store, name, first)))
     finally:
         store.close()
 
@@ -67,8 +69,9 @@ def test_threads_and_processes_claim_each_job_exactly_once(store, db_url, tmp_pa
         "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     start = ctx.Barrier(PROCESSES + 1)
     outs = [tmp_path / f"proc-{n}.json" for n in range(PROCESSES)]
+    firsts = [ctx.Event() for _ in range(PROCESSES)]
     procs = [ctx.Process(target=process_main, args=(db_url, f"proc-{n}", store.clock(), start,
-                                                     str(out)))
+                                                     firsts[n], str(out)))
              for n, out in enumerate(outs)]
     for proc in procs:
         proc.start()
@@ -83,7 +86,9 @@ def test_threads_and_processes_claim_each_job_exactly_once(store, db_url, tmp_pa
                for n in range(THREADS)]
     for thread in threads:
         thread.start()
-    start.wait(timeout=60)  # the processes have booted: release everyone at once
+    start.wait(timeout=60)  # the processes have booted: let them start claiming
+    for first in firsts:  # and once each holds a job, release the threads into the race
+        first.wait(timeout=30)
     go.wait(timeout=60)
     for thread in threads:
         thread.join(timeout=60)
@@ -96,7 +101,7 @@ def test_threads_and_processes_claim_each_job_exactly_once(store, db_url, tmp_pa
     claimed = [job_id for got in results.values() for job_id in got]
     assert len(claimed) == len(set(claimed)) == JOBS  # none twice, none missed
     assert sorted(claimed) == sorted(ids)
-    assert sum(1 for n in range(PROCESSES) if results[f"proc-{n}"]) >= 1  # real contention
+    assert all(results[f"proc-{n}"] for n in range(PROCESSES))  # every process took part
     with store.engine.connect() as conn:
         rows = conn.execute(select(jobs.c.id, jobs.c.worker_id, jobs.c.attempt,
                                    jobs.c.status)).all()

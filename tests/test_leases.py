@@ -6,8 +6,12 @@ import time
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
+from queuelog.api import Wakeup
+from queuelog.errors import QueuelogError
 from queuelog.jobs import isoformat
+from queuelog.store import NewJob
 
 LEASE = 60  # LEASE_SECONDS in these tests; pdf and sync set their own
 
@@ -156,6 +160,24 @@ def test_stale_holder_is_refused_after_take_back_and_changes_nothing(
     assert client.get(f"/jobs/{job['id']}", headers=admin).json == before
 
 
+@pytest.mark.parametrize("verb", ["heartbeat", "complete", "fail"])
+def test_same_identity_reclaiming_fences_its_own_stale_attempt(client, producer, worker, admin,
+                                                              clock, verb):
+    # Two processes of one worker key share an identity: only the attempt tells them apart.
+    job = enqueue(client, producer)
+    claim(client, worker, lease_seconds=5)
+    clock.advance(6)
+    claim(client, worker)
+    clock.advance(2)
+    assert claim(client, worker).json["attempt"] == 2
+    before = client.get(f"/jobs/{job['id']}", headers=admin).json
+    late = client.post(f"/jobs/{job['id']}/{verb}", json={"attempt": 1, "error": "late"}
+                       if verb == "fail" else {"attempt": 1}, headers=worker)
+    assert late.status_code == 409
+    assert late.json["type"].endswith("stale-attempt")
+    assert client.get(f"/jobs/{job['id']}", headers=admin).json == before
+
+
 def test_holder_may_still_finish_after_expiry_until_taken_back(client, producer, worker,
                                                                admin, clock):
     job = enqueue(client, producer)
@@ -238,6 +260,16 @@ def test_long_poll_answers_204_at_the_deadline_without_spinning(app, client, wor
     assert 2 <= len(tries) <= 10  # backs off between tries: no busy loop
 
 
+def test_a_wake_up_between_the_claim_and_the_sleep_is_not_lost():
+    bell = Wakeup()
+    seen = bell.count       # the poll notes the count, claims, finds nothing...
+    bell.ring()             # ...an enqueue commits and rings before the poll sleeps...
+    began = time.monotonic()
+    assert bell.wait_after(seen, 5)  # ...so it does not sleep at all
+    assert time.monotonic() - began < 0.5
+    assert not bell.wait_after(bell.count, 0.01)  # nothing new: it sleeps the timeout
+
+
 @pytest.mark.parametrize("value", [-0.1, 30.001, 31, "5", False, [1]])
 def test_wait_out_of_bounds_is_422(client, worker, value):
     resp = client.post("/jobs/claim", json={"wait": value}, headers=worker)
@@ -250,3 +282,37 @@ def test_wait_bounds_are_inclusive(client, producer, worker, value):
     began = time.monotonic()
     assert client.post("/jobs/claim", json={"wait": value}, headers=worker).status_code == 200
     assert time.monotonic() - began < 2
+
+
+# -- races ---------------------------------------------------------------------------
+def test_fail_racing_a_take_back_is_refused_not_500(backend, store):
+    """PostgreSQL: the holder's fail blocks on a take-back's row lock, then matches nothing."""
+    if backend != "postgresql":
+        pytest.skip("SQLite's write lock serializes the two: there is no interleaving")
+    job, _ = store.enqueue(NewJob(producer="p", type="email", payload_json="{}", priority=0,
+                                  max_retries=3))
+    store.claim("mailer-1", lease_seconds=5)
+    outcome: dict[str, Any] = {}
+
+    def fail() -> None:
+        try:
+            outcome["job"] = store.fail(job.id, "mailer-1", 1, "boom")
+        except Exception as exc:  # noqa: BLE001 - the test inspects what it was
+            outcome["error"] = exc
+
+    with store.engine.connect() as taker, store.engine.connect() as watcher:
+        with taker.begin():
+            taker.execute(text("SELECT id FROM jobs WHERE id = :id FOR UPDATE"), {"id": job.id})
+            thread = threading.Thread(target=fail)
+            thread.start()
+            for _ in range(500):  # until the fail's UPDATE waits on our row lock
+                if watcher.execute(text("SELECT count(*) FROM pg_stat_activity "
+                                        "WHERE wait_event_type = 'Lock'")).scalar_one():
+                    break
+                watcher.rollback()
+                time.sleep(0.01)
+            taker.execute(text("UPDATE jobs SET status = 'pending', lease_expires_at = NULL "
+                               "WHERE id = :id"), {"id": job.id})
+        thread.join(timeout=10)
+    assert isinstance(outcome.get("error"), QueuelogError), outcome
+    assert outcome["error"].status == 409

@@ -52,7 +52,7 @@ def keys(make_key: Callable[..., dict[str, str]]) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture
-def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]]) -> Any:
+def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend: str) -> Any:
     """The document as the app serves it, loaded in process, over a seeded database."""
     seed(store)
     loaded = schemathesis.openapi.from_wsgi("/openapi.json", app, headers=keys["admin"])
@@ -63,6 +63,11 @@ def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]]) -> Any:
     # whole, with the documented 413, before its fields are read.
     rejection = loaded.config.checks.negative_data_rejection
     rejection.expected_statuses = [*rejection.expected_statuses, "413"]
+    if backend == "postgresql":
+        # The document is the same on both; what PostgreSQL adds is how the database takes
+        # odd values (NUL, huge numbers), which random fuzzing reaches. The coverage phase's
+        # boundary cases run on SQLite only, halving the time.
+        loaded.config.phases.coverage.enabled = False
     return loaded
 
 

@@ -21,6 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
+from queuelog import retention
 from queuelog.config import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,8 +139,9 @@ def run_walkthrough(steps: list[Step], env: dict[str, str], cwd: Path) -> list[s
     done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     outputs = re.split(rf"^{MARK} \d+$", done.stdout, flags=re.M)
+    failed = steps[min(len(outputs), len(steps)) - 1]  # the step after the last marker
     assert done.returncode == 0, (f"walk-through step {len(outputs)} failed "
-                                  f"(rc={done.returncode}):\n{steps[min(len(outputs), len(steps)) - 1].code}"
+                                  f"(rc={done.returncode}):\n{failed.code}"
                                   f"\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
     assert len(outputs) == len(steps) + 1, done.stdout
     return [out.strip("\n") for out in outputs[:-1]]
@@ -190,3 +192,10 @@ def test_configuration_table_matches_the_defaults() -> None:
         if key in DEFAULTS:
             shown, real = rows[key].strip().strip("`"), DEFAULTS[key]
             assert (json.loads(shown) if isinstance(real, (dict, int)) else shown) == real, key
+
+
+def test_every_setting_is_documented() -> None:
+    """A setting added to the code's defaults shows up in the README, by name."""
+    text = readme()
+    for key in [*DEFAULTS, *retention.DEFAULTS]:
+        assert f"`{key}`" in text, f"README does not document the setting {key}"

@@ -22,9 +22,9 @@ from queuelog.jobs import FINISHED, Status
 from queuelog.schema import job_attempts, jobs
 from queuelog.store import NewJob
 
-WORKERS = ("w1", "w2", "w3")
+WORKERS = ("w1", "w2")  # few, so one identity often re-claims a job it lost
 DEFAULT_LEASE = 300.0  # LEASE_SECONDS's default: the test app does not change it
-SETTINGS = settings(max_examples=20, stateful_step_count=30, deadline=None,
+SETTINGS = settings(max_examples=30, stateful_step_count=35, deadline=None,
                     derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow,
                                            HealthCheck.function_scoped_fixture])
@@ -74,7 +74,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.model[job.id] = Model(job.id, priority, retries, job.run_at)
         return job.id
 
-    @rule(worker=st.sampled_from(WORKERS), lease=st.sampled_from([None, 5, 30]))
+    @rule(worker=st.sampled_from(WORKERS), lease=st.sampled_from([5, None, 30]))
     def claim(self, worker: str, lease: int | None) -> None:
         """A worker claims: expired leases are taken back first, then the best due job."""
         now = self.clock.now
@@ -148,6 +148,17 @@ class QueueMachine(RuleBasedStateMachine):
             if retry_in is None:
                 self._check_backoff(m, got.run_at, now)
             assert got.run_at == m.run_at
+
+    @rule(job=ids, verb=st.sampled_from(["heartbeat", "complete", "fail"]))
+    def holder_sends_an_old_attempt(self, job: int, verb: str) -> None:
+        """The holder's identity, but an attempt it lost (another process of the same key)."""
+        m = self.model[job]
+        if m.status is not Status.RUNNING or m.attempt < 2:
+            return
+        calls = {"heartbeat": lambda: self.store.heartbeat(job, m.holder, m.attempt - 1),
+                 "complete": lambda: self.store.complete(job, m.holder, m.attempt - 1),
+                 "fail": lambda: self.store.fail(job, m.holder, m.attempt - 1, "late")}
+        self._refused(calls[verb])
 
     @rule(seconds=st.sampled_from([1, 4, 10, 35, 400]))
     def advance(self, seconds: int) -> None:

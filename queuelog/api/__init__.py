@@ -28,13 +28,34 @@ def job_json(job: Job) -> dict[str, Any]:
                                                  and job.producer == who.name))
 
 
-def wakeup() -> threading.Condition:
-    """The condition that enqueues notify, so long polls in this process wake at once."""
+class Wakeup(threading.Condition):
+    """A condition with a counter, so a long poll cannot miss a wake-up.
+
+    A poll notes ``count`` before it claims; a job enqueued between that claim finding
+    nothing and the poll going to sleep has moved the count, and the poll does not sleep.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def ring(self) -> None:
+        """Wake every waiting poll: a job may have become due."""
+        with self:
+            self.count += 1
+            self.notify_all()
+
+    def wait_after(self, seen: int, timeout: float) -> bool:
+        """Sleep up to ``timeout`` unless rung since the count was ``seen``."""
+        with self:
+            return self.wait_for(lambda: self.count != seen, timeout)
+
+
+def wakeup() -> Wakeup:
+    """What enqueues ring, so long polls in this process wake at once."""
     return current_app.extensions["queuelog.wakeup"]  # type: ignore[no-any-return]
 
 
 def notify() -> None:
     """Wake long polls in this process: a job may have become due."""
-    cond = wakeup()
-    with cond:
-        cond.notify_all()
+    wakeup().ring()

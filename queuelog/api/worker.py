@@ -54,7 +54,9 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
     store = get_store()
     deadline = time.monotonic() + wait
     pause = 0.05
+    bell = wakeup()
     while True:
+        seen = bell.count
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
         job = store.claim(worker, lease_seconds=lease, types=types)
         remaining = deadline - time.monotonic()
@@ -62,9 +64,7 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
             return job
         # Enqueues in this process wake us at once; those of other processes (or a
         # run_at coming due) are found by the next try, at most a second later.
-        cond = wakeup()
-        with cond:
-            cond.wait(min(pause, remaining))
+        bell.wait_after(seen, min(pause, remaining))
         pause = min(pause * 2, 1.0)
 
 

@@ -7,7 +7,7 @@ import json
 import secrets
 from typing import Any
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, bindparam, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
@@ -58,6 +58,9 @@ class Accounts:
         self.engine = engine
         self._write = writer(engine)
         self.clock = clock
+        # Every Bearer request runs this lookup: built once, like the queue's statements.
+        self._by_hash = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"),
+                                               api_keys.c.revoked_at.is_(None))
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
                    max_priority: int = 10) -> tuple[ApiKey, str]:
@@ -78,8 +81,7 @@ class Accounts:
         """The active key whose token this is, or None."""
         digest = hash_token(token)
         with self.engine.connect() as conn:
-            row = conn.execute(select(api_keys).where(
-                api_keys.c.token_hash == digest, api_keys.c.revoked_at.is_(None))).first()
+            row = conn.execute(self._by_hash, {"digest": digest}).first()
         # The lookup is by hash of a high-entropy secret; compare once more in constant
         # time so that no code path compares the secret-derived value byte by byte.
         if row is None or not secrets.compare_digest(row.token_hash, digest):
