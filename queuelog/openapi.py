@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .api.producer import MAX_DELAY_SECONDS
+from .api.worker import MAX_LEASE, MAX_WAIT
 from .jobs import Outcome, Priority, Status
 
 MAX_ID = 9_223_372_036_854_775_807          # the route converter's max
@@ -29,6 +31,7 @@ JSON = dict[str, Any]
 
 
 def _ref(name: str) -> JSON:
+    """A reference to a schema in components."""
     return {"$ref": f"#/components/schemas/{name}"}
 
 
@@ -49,10 +52,12 @@ def _obj(properties: JSON, required: tuple[str, ...] = (), closed: bool = True,
 
 
 def _int(lo: int, hi: int | None = None) -> JSON:
+    """An integer in [lo, hi]."""
     return {"type": "integer", "minimum": lo, **({} if hi is None else {"maximum": hi})}
 
 
 def _num(lo: float, hi: float) -> JSON:
+    """A number in [lo, hi]."""
     return {"type": "number", "minimum": lo, "maximum": hi}
 
 
@@ -77,14 +82,15 @@ def _cursor_pattern() -> str:
 def _schemas(job_types: list[str]) -> JSON:
     """Every reusable schema: what the API answers, and what it accepts."""
     type_enum = {"type": "string", "enum": job_types}
-    ignored = {"description": "Accepted and ignored: the worker is always the key's name (V-04)."}
-    attempt = _int(1, MAX_ATTEMPT) | {"description": "The attempt (fencing token) this call is for."}
-    lease = _nullable(_num(1, 43_200))
+    ignored = {"description": "Ignored: the worker is always the key's name (V-04)."}
+    attempt = _int(1, MAX_ATTEMPT) | {"description": "The attempt (fencing token) it is for."}
+    lease = _nullable(_num(1, MAX_LEASE))
+    admin_only = {"type": ["string", "null"], "description": "Admins only; absent otherwise."}
     attempt_props = {
         "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
         "finished_at": _ts(nullable=True),
         "outcome": {"type": "string", "enum": [o.value for o in Outcome]},
-        "error": {"type": ["string", "null"], "description": "Admins only; absent otherwise."},
+        "error": admin_only,
     }
     job_props = {
         "id": _int(1, MAX_ID), "type": {"type": "string"},
@@ -92,12 +98,11 @@ def _schemas(job_types: list[str]) -> JSON:
         "priority": {"type": "string", "enum": PRIORITIES},
         "status": {"type": "string", "enum": [s.value for s in Status]},
         "attempt": _int(0), "retry_count": _int(0), "max_retries": _int(0),
-        "idempotency_key": {"type": ["string", "null"],
-                            "description": "Shown only to the producer that set it and to admins."},
+        "idempotency_key": {"type": ["string", "null"], "description":
+                            "Shown only to the producer that set it and to admins."},
         "producer": {"type": "string"}, "worker_id": {"type": ["string", "null"]},
         "run_at": _ts(), "claimed_at": _ts(True), "lease_expires_at": _ts(True),
-        "result": {"type": ["object", "null"]},
-        "error": {"type": ["string", "null"], "description": "Admins only; absent otherwise."},
+        "result": {"type": ["object", "null"]}, "error": admin_only,
         "created_at": _ts(), "updated_at": _ts(), "finished_at": _ts(True),
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
@@ -125,14 +130,14 @@ def _schemas(job_types: list[str]) -> JSON:
             "max_retries": _nullable(_int(0, 25)),
             "run_at": _nullable({"type": "string", "format": "date-time", "maxLength": 64,
                                  "pattern": RUN_AT, "description": "With a time zone."}),
-            "delay_seconds": _nullable(_num(0, 366 * 86_400)),
+            "delay_seconds": _nullable(_num(0, MAX_DELAY_SECONDS)),
             "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
                                           "pattern": "^[ -~]*$"}),
         }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"]}}),
         "ClaimRequest": _obj({
             "types": _nullable({"type": "array", "items": type_enum,
                                 "minItems": 1, "maxItems": 100}),
-            "wait": _nullable(_num(0, 30) | {"description": "Long poll, seconds."}),
+            "wait": _nullable(_num(0, MAX_WAIT) | {"description": "Long poll, seconds."}),
             "lease_seconds": lease, "worker_id": ignored,
         }),
         "HeartbeatRequest": _obj({"attempt": attempt, "lease_seconds": lease,
@@ -151,6 +156,7 @@ def _schemas(job_types: list[str]) -> JSON:
 
 
 def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None) -> JSON:
+    """A response with a JSON body, and headers if any."""
     out: JSON = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
         out["headers"] = dict(headers)
@@ -158,6 +164,7 @@ def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = N
 
 
 def _header(description: str, schema: JSON | None = None) -> JSON:
+    """A response header that is always sent."""
     return {"description": description, "required": True, "schema": schema or {"type": "string"}}
 
 
@@ -181,85 +188,100 @@ def _problems(*codes: int) -> JSON:
         out[str(code)] = {"description": ERRORS[code],
                           "content": {PROBLEM: {"schema": _ref("Problem")}}}
         if code == 401:
-            out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer challenges.")}
+            out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
     return out
 
 
 def _body(name: str, required: bool = True) -> JSON:
+    """A JSON request body of schema ``name``."""
     return {"required": required, "content": {"application/json": {"schema": _ref(name)}}}
 
 
-def _op(summary: str, roles: str, responses: JSON, *codes: int, security: Any = ANY_AUTH,
-        **extra: Any) -> JSON:
+def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
+        security: Any = ANY_AUTH, **extra: Any) -> JSON:
     """One operation: its success responses plus problem+json for each error code."""
-    return {"summary": summary, "description": f"Who: {roles}.", "security": security,
-            "responses": {**responses, **_problems(*codes)}, **extra}
+    return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
+            "security": security, "responses": {**responses, **_problems(*codes)}, **extra}
 
 
 JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_ID)}
 WRITE = (400, 401, 403, 413, 415)
 JOB_VERB = (*WRITE, 404, 409, 422)
+WORKER = "the worker holding the job"
+
+
+def _list_params() -> list[JSON]:
+    """The query parameters of GET /jobs."""
+    def query(name: str, schema: JSON, description: str = "") -> JSON:
+        return {"name": name, "in": "query", "schema": schema,
+                **({"description": description} if description else {})}
+    return [
+        query("status", {"type": "string", "enum": [s.value for s in Status]}),
+        query("type", {"type": "string", "minLength": 1, "maxLength": 100,
+                       "pattern": "^[^\\u0000]*$"}),
+        query("priority", {"type": "string", "enum": PRIORITIES}),
+        query("limit", _int(1, 200) | {"default": 50}),
+        query("cursor", {"type": "string", "pattern": _cursor_pattern()},
+              "`next_cursor` of the previous page."),
+    ]
+
+
+def _verb(op_id: str, summary: str, roles: str, body: str | None,
+          security: Any = BEARER) -> JSON:
+    """POST /jobs/{id}/<verb>: a job transition answering the job."""
+    return {"post": _op(op_id, summary, roles, {"200": _json(_ref("Job"), "The job.")},
+                        *JOB_VERB, security=security, parameters=[JOB_ID],
+                        requestBody=_body(body or "Empty", required=body is not None))}
 
 
 def _paths() -> JSON:
+    """Every route of the JSON API (the dashboard's are not part of it)."""
     job = _ref("Job")
     location = _header("The job's URL.")
-    list_params = [
-        {"name": "status", "in": "query", "schema": {"type": "string",
-                                                     "enum": [s.value for s in Status]}},
-        {"name": "type", "in": "query", "schema": {"type": "string", "minLength": 1,
-                                                   "maxLength": 100, "pattern": "^[^\\u0000]*$"}},
-        {"name": "priority", "in": "query", "schema": {"type": "string", "enum": PRIORITIES}},
-        {"name": "limit", "in": "query", "schema": _int(1, 200) | {"default": 50}},
-        {"name": "cursor", "in": "query", "description": "`next_cursor` of the previous page.",
-         "schema": {"type": "string", "pattern": _cursor_pattern()}},
-    ]
-    key_header = {"name": "Idempotency-Key", "in": "header", "description": (
-        "The idempotency key, bare or as a structured-field string; must agree with the body's."),
-        "schema": {"type": "string", "pattern": KEY_HEADER}}
-
-    def verb(summary: str, roles: str, body: str | None, *codes: int,
-             security: Any = BEARER) -> JSON:
-        return {"post": _op(summary, roles, {"200": _json(job, "The job.")}, *codes,
-                            security=security, parameters=[JOB_ID],
-                            requestBody=_body(body or "Empty", required=body is not None))}
-
+    key_header = {"name": "Idempotency-Key", "in": "header", "schema": {
+        "type": "string", "pattern": KEY_HEADER}, "description":
+        "The idempotency key, bare or as a structured-field string; must agree with the body's."}
+    enqueued = {
+        "201": _json(job, "Created.", {"Location": location}),
+        "200": _json(job, "An idempotent replay: the job created the first time.", {
+            "Location": location,
+            "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
+    }
+    claimed = {"200": _json(job, "The claimed job, now running."),
+               "204": {"description": "No job came due within `wait`."}}
+    metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}}}
+    readers = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
     return {
         "/jobs": {
-            "post": _op("Enqueue a job", "producer (its key's types and max priority), admin", {
-                "201": _json(job, "Created.", {"Location": location}),
-                "200": _json(job, "An idempotent replay: the job created the first time.", {
-                    "Location": location,
-                    "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
-            }, *WRITE, 422, parameters=[key_header], requestBody=_body("NewJob")),
-            "get": _op("List jobs, newest first",
-                       "producer (own jobs), worker (jobs it holds or held), viewer, admin",
+            "post": _op("enqueue", "Enqueue a job",
+                        "producer (its key's types, up to its max priority), admin",
+                        enqueued, *WRITE, 422, parameters=[key_header],
+                        requestBody=_body("NewJob")),
+            "get": _op("listJobs", "List jobs, newest first", readers,
                        {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
-                       parameters=list_params),
+                       parameters=_list_params()),
         },
-        "/jobs/{id}": {"get": _op("One job with its attempt history", "as GET /jobs",
+        "/jobs/{id}": {"get": _op("getJob", "One job with its attempt history", readers,
                                   {"200": _json(_ref("JobWithHistory"), "The job.")},
                                   401, 403, 404, parameters=[JOB_ID])},
-        "/jobs/claim": {"post": _op("Claim the best due job", "worker", {
-            "200": _json(job, "The claimed job, now running."),
-            "204": {"description": "No job came due within `wait`."},
-        }, *WRITE, 422, security=BEARER, requestBody=_body("ClaimRequest", required=False))},
-        "/jobs/{id}/heartbeat": verb("Extend the lease", "the holding worker",
-                                     "HeartbeatRequest", *JOB_VERB),
-        "/jobs/{id}/complete": verb("Complete a held job", "the holding worker",
-                                    "CompleteRequest", *JOB_VERB),
-        "/jobs/{id}/fail": verb("Fail a held attempt", "the holding worker", "FailRequest",
-                                *JOB_VERB),
-        "/jobs/{id}/cancel": verb("Cancel a pending job", "its producer, admin", None,
-                                  *JOB_VERB, security=ANY_AUTH),
-        "/jobs/{id}/retry": verb("Retry a failed or cancelled job", "admin", None, *JOB_VERB,
-                                 security=ANY_AUTH),
-        "/healthz": {"get": _op("Liveness and database reachability", "anyone",
+        "/jobs/claim": {"post": _op("claim", "Claim the best due job", "worker", claimed,
+                                    *WRITE, 422, security=BEARER,
+                                    requestBody=_body("ClaimRequest", required=False))},
+        "/jobs/{id}/heartbeat": _verb("heartbeat", "Extend the lease", WORKER,
+                                      "HeartbeatRequest"),
+        "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
+                                     "CompleteRequest"),
+        "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest"),
+        "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
+                                   None, security=ANY_AUTH),
+        "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
+                                  security=ANY_AUTH),
+        "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
                                 {"200": _json(_ref("Health"), "Healthy.")}, 503, security=[])},
-        "/metrics": {"get": _op("Prometheus metrics", "admin, metrics", {"200": {
-            "description": "Prometheus text exposition; names start with `queuelog_`.",
-            "content": {"text/plain": {"schema": {"type": "string"}}}}}, 401, 403)},
-        "/openapi.json": {"get": _op("This document", "any authenticated caller", {
+        "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
+                                401, 403)},
+        "/openapi.json": {"get": _op("openapi", "This document", "any authenticated caller", {
             "200": _json({"type": "object"}, "The OpenAPI 3.1 document.")}, 401)},
     }
 

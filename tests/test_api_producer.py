@@ -175,3 +175,20 @@ def test_replay_treats_an_omitted_field_as_its_default(client, producer):
                                           "max_retries": 3, "idempotency_key": "k"},
                            headers=producer)
     assert explicit.status_code == 200 and explicit.json["id"] == sent.json["id"]
+
+
+def test_replay_treats_delay_zero_as_omitted_and_equal_numbers_as_equal(client, producer):
+    first = client.post("/jobs", json={"type": "email", "idempotency_key": "now"},
+                        headers=producer)
+    for delay in (0, 0.0):
+        again = client.post("/jobs", json={"type": "email", "delay_seconds": delay,
+                                           "idempotency_key": "now"}, headers=producer)
+        assert again.status_code == 200 and again.json["id"] == first.json["id"]
+    later = client.post("/jobs", json={"type": "email", "delay_seconds": 5,
+                                       "idempotency_key": "later"}, headers=producer)
+    same = client.post("/jobs", json={"type": "email", "delay_seconds": 5.0,
+                                      "idempotency_key": "later"}, headers=producer)
+    assert same.status_code == 200 and same.json["id"] == later.json["id"]
+    other = client.post("/jobs", json={"type": "email", "delay_seconds": 6,
+                                       "idempotency_key": "later"}, headers=producer)
+    assert other.status_code == 422 and other.json["type"].endswith("idempotency-key-mismatch")

@@ -85,7 +85,9 @@ def parse_new_job(body: dict[str, Any]) -> NewJob:
     request_hash = None
     if key is not None:
         request_hash = hashlib.sha256(json.dumps(
-            [job_type, payload, int(priority), max_retries, run_at, delay],
+            # delay_seconds omitted, 0 and 0.0 all mean "now"; 5 and 5.0 are one number.
+            [job_type, payload, int(priority), max_retries, run_at,
+             float(delay) if delay else None],
             sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return NewJob(producer=who.name, type=job_type, payload_json=payload_json,
                   priority=int(priority), max_retries=max_retries, run_at=run_at,
