@@ -67,3 +67,13 @@ def check(config: Any) -> None:
     for key in ("MAX_PAYLOAD_BYTES", "MAX_CONTENT_LENGTH", "MAX_ERROR_BYTES", "LEASE_SECONDS"):
         if not isinstance(config[key], int) or config[key] <= 0:
             raise ValueError(f"{key} must be a positive integer")
+    for name, opts in types.items():
+        lease = opts.get("lease_seconds", 1)
+        if (isinstance(lease, bool) or not isinstance(lease, (int, float))
+                or not 1 <= lease <= 43_200):
+            raise ValueError(f"JOB_TYPES[{name!r}]['lease_seconds'] must be 1 to 43200 seconds")
+    # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
+    base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \
+            or not 0 < base <= cap:
+        raise ValueError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")

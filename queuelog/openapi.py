@@ -173,7 +173,8 @@ ERRORS = {
     401: "No or bad credentials.",
     403: "Authenticated, but this role or key may not do this.",
     404: "No such job, or not visible to the caller.",
-    409: "Wrong state, not held by this worker, or a stale attempt.",
+    409: "Wrong state, not held by this worker, a stale attempt, or (enqueue) an idempotency "
+         "key whose race could not be settled: try again.",
     413: "Body over MAX_CONTENT_LENGTH.",
     415: "The body is not application/json (required with HTTP Basic).",
     422: "A field fails validation; see `errors`.",
@@ -256,7 +257,7 @@ def _paths() -> JSON:
         "/jobs": {
             "post": _op("enqueue", "Enqueue a job",
                         "producer (its key's types, up to its max priority), admin",
-                        enqueued, *WRITE, 422, parameters=[key_header],
+                        enqueued, *WRITE, 409, 422, parameters=[key_header],
                         requestBody=_body("NewJob")),
             "get": _op("listJobs", "List jobs, newest first", readers,
                        {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,

@@ -179,7 +179,9 @@ class Fields:
         if value is None:
             return None
         try:
-            parsed = dt.datetime.fromisoformat(value)
+            # Python 3.10's fromisoformat does not take a trailing "Z" (3.11's does).
+            parsed = dt.datetime.fromisoformat(
+                value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
         except ValueError:
             self.error(name, "Must be an ISO 8601 timestamp.")
             return None

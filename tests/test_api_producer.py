@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from werkzeug.security import generate_password_hash
 
+SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # checked before any SQL
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_count",
               "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
@@ -78,6 +79,7 @@ def test_enqueue_run_at_and_delay_seconds(client, producer, clock):
     assert later["run_at"] == "2026-05-28T20:28:10.500000Z"
 
 
+@SQLITE_ONLY
 @pytest.mark.parametrize("body, field", [
     ({"type": "fax"}, "type"),
     ({}, "type"),

@@ -40,11 +40,6 @@ def test_server_killed_mid_burst_keeps_every_acknowledged_job(db_url: str,
     headers = keys["producer"]
     server = Server(db_url, str(tmp_path / "server.log"), workers=2,
                     env={"QUEUELOG_RETRY_BACKOFF_SECONDS": "0.05"}).start()
-    status, held = request(server.port, "POST", "/jobs", {"type": "pdf"}, headers)
-    assert status == 201
-    status, claimed = request(server.port, "POST", "/jobs/claim",
-                              {"types": ["pdf"], "lease_seconds": 1}, keys["dead"])
-    assert status == 200 and claimed["id"] == held["id"]
     acked: list[tuple[int, int, int]] = []  # (client, seq, job id)
     bad: list[Any] = []
     lock = threading.Lock()
@@ -69,6 +64,11 @@ def test_server_killed_mid_burst_keeps_every_acknowledged_job(db_url: str,
 
     threads = [threading.Thread(target=client, args=(c,)) for c in range(CLIENTS)]
     try:
+        status, held = request(server.port, "POST", "/jobs", {"type": "pdf"}, headers)
+        assert status == 201
+        status, claimed = request(server.port, "POST", "/jobs/claim",
+                                  {"types": ["pdf"], "lease_seconds": 1}, keys["dead"])
+        assert status == 200 and claimed["id"] == held["id"]
         for t in threads:
             t.start()
         _acked_until(acked, KILL_AFTER)

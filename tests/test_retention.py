@@ -1,10 +1,11 @@
 """Retention: ``queuelog purge`` and automatic purging of old finished jobs."""
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 
 from queuelog import create_app
 from queuelog.jobs import Status
@@ -223,3 +224,31 @@ def test_bad_retention_config_fails_at_start(tmp_path, bad):
 
 def test_statuses_purged_are_only_finished_ones(store, clock):
     assert store.purge(0, [Status.PENDING, Status.RUNNING]) == 0
+
+
+def test_purge_racing_an_admin_retry_never_deletes_the_retried_job(backend, client, store,
+                                                                    producer, worker, clock):
+    """PostgreSQL: a retry in flight holds the row; the purge skips it instead of deleting it."""
+    if backend != "postgresql":
+        pytest.skip("SQLite's write lock serializes the two: there is no interleaving")
+    job = finish(client, producer, worker, "failed")["id"]
+    clock.advance(DAY)
+    outcome: dict[str, Any] = {}
+    with store.engine.connect() as admin, store.engine.connect() as watcher:
+        with admin.begin():  # the admin's retry, not yet committed
+            admin.execute(text("UPDATE jobs SET status = 'pending', finished_at = NULL "
+                               "WHERE id = :id"), {"id": job})
+            thread = threading.Thread(
+                target=lambda: outcome.update(deleted=store.purge(HOUR * 1_000_000)))
+            thread.start()
+            for _ in range(500):  # until the purge is done or waits on the retry's lock
+                thread.join(timeout=0.01)
+                waiting = watcher.execute(text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                    "AND datname = current_database()")).scalar_one()
+                watcher.rollback()
+                if not thread.is_alive() or waiting:
+                    break
+        thread.join(timeout=10)
+    assert outcome == {"deleted": 0}
+    assert job in ids(store)

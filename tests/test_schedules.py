@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from queuelog import create_app
 from queuelog.jobs import backoff_seconds, isoformat, to_datetime
 
 BASE, CAP = 10, 50
@@ -187,3 +188,12 @@ def test_poison_job_fails_after_max_retries_plus_one_attempts(client, producer, 
     for n, a in enumerate(seen["attempts"], 1):
         assert a["error"].startswith(f"try {n}:") and "hunter2" not in a["error"]
         assert "[REDACTED]" in a["error"]
+
+
+@pytest.mark.parametrize("bad", [{"RETRY_BACKOFF_SECONDS": 0}, {"RETRY_BACKOFF_SECONDS": -2},
+                                 {"RETRY_BACKOFF_SECONDS": 10, "RETRY_BACKOFF_MAX_SECONDS": 5},
+                                 {"RETRY_BACKOFF_SECONDS": "2"}])
+def test_a_backoff_that_could_retry_at_once_is_refused_at_start(tmp_path, bad):
+    with pytest.raises(ValueError):
+        create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3",
+                    "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False, **bad})
