@@ -8,11 +8,11 @@ import ast
 import base64
 import json
 import pathlib
+import sqlite3
 import threading
 from typing import Any
 
-import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from werkzeug.security import generate_password_hash
 
 from queuelog.schema import api_keys, job_attempts, jobs
@@ -57,7 +57,7 @@ def enqueue(client: Any, headers: dict[str, str], **body: Any) -> Any:
     return resp.json
 
 
-# -- V-01: authentication and authorization on every endpoint ------------------------------
+# -- V-01: authentication and authorization on every endpoint ----------------------------------
 
 def _concrete_urls(app: Any) -> list[tuple[str, str, str]]:
     out = []
@@ -179,7 +179,7 @@ def test_v01_scheme_names_are_case_insensitive(client, store):
         assert client.get("/jobs", headers={"Authorization": header}).status_code == 200, header
 
 
-# -- V-02: job types ------------------------------------------------------------------------
+# -- V-02: job types ---------------------------------------------------------------------------
 
 def test_v02_type_allowlist_and_per_key_types(client, make_key, store):
     """V-02: unknown types -> 422; a type outside the key's list -> 403 (enqueue and claim)."""
@@ -200,7 +200,7 @@ def test_v02_type_allowlist_and_per_key_types(client, make_key, store):
     assert client.post("/jobs/claim", headers=pdf_worker).status_code == 204  # email stays
 
 
-# -- V-03: priority ceiling ----------------------------------------------------------------------
+# -- V-03: priority ceiling --------------------------------------------------------------------
 
 def test_v03_priority_above_the_keys_max_is_403(client, make_key, store, admin):
     """V-03: a producer may not enqueue above its key's max_priority (default medium)."""
@@ -218,7 +218,7 @@ def test_v03_priority_above_the_keys_max_is_403(client, make_key, store, admin):
     assert enqueue(client, admin, priority="critical")["priority"] == "critical"
 
 
-# -- V-04: worker identity -------------------------------------------------------------------------
+# -- V-04: worker identity ---------------------------------------------------------------------
 
 def test_v04_worker_id_comes_from_the_key(client, producer, worker, admin):
     """V-04: the job's worker_id is the key's name; a worker_id in a body is ignored."""
@@ -245,7 +245,7 @@ def test_v04_worker_id_cannot_act_for_another_worker(client, producer, worker, m
                         headers=other), 409, "not-holder")
 
 
-# -- V-05: holder and attempt fencing ---------------------------------------------------------------
+# -- V-05: holder and attempt fencing ----------------------------------------------------------
 
 def take_over(client: Any, headers: dict[str, str], clock: Any) -> Any:
     """Let the lease run out, then claim the job back (after its retry backoff)."""
@@ -287,7 +287,7 @@ def test_v05_stale_holder_and_stale_attempt_get_409_and_change_nothing(
     assert done.status_code == 200 and done.json["status"] == "completed"
 
 
-# -- V-06: atomic claim ---------------------------------------------------------------------------
+# -- V-06: atomic claim ------------------------------------------------------------------------
 
 def test_v06_concurrent_claims_hand_out_each_job_once(store):
     """V-06: 8 threads racing on one queue: every job is claimed exactly once."""
@@ -327,7 +327,7 @@ def test_v06_concurrent_claims_hand_out_each_job_once(store):
         assert set(conn.execute(select(jobs.c.attempt)).scalars()) == {1}
 
 
-# -- V-07: size limits -------------------------------------------------------------------------------
+# -- V-07: size limits -------------------------------------------------------------------------
 
 def test_v07_payload_over_max_payload_bytes_is_422(client, producer, store):
     """V-07: the payload's compact UTF-8 JSON may be MAX_PAYLOAD_BYTES (65536), not one more."""
@@ -354,7 +354,7 @@ def test_v07_body_over_max_content_length_is_413(client, producer, worker, store
     assert count_jobs(store) == 0
 
 
-# -- V-08: SQL injection -----------------------------------------------------------------------------
+# -- V-08: SQL injection -----------------------------------------------------------------------
 
 def test_v08_sql_looking_input_is_data(client, producer, admin, store):
     """V-08: quotes and SQL in filters, payloads and keys are stored and matched verbatim."""
@@ -422,7 +422,7 @@ def test_v08_the_store_never_builds_sql_text_from_values():
     assert found == []
 
 
-# -- V-09: idempotency ---------------------------------------------------------------------------------
+# -- V-09: idempotency -------------------------------------------------------------------------
 
 def test_v09_keys_are_scoped_per_producer(client, producer, make_key):
     """V-09: two producers using the same key get two jobs and never see each other's."""
@@ -493,16 +493,58 @@ def test_v09_racing_duplicates_make_exactly_one_job(app, producer, store):
     assert len(set(ids)) == 1 and count_jobs(store) == 1
 
 
-def test_v09_store_settles_a_lost_insert_race(store):
-    """V-09: the store's own race path: an insert that loses to another finds the winner."""
+def test_v09_an_insert_that_loses_the_race_returns_the_winner(store, db_url):
+    """V-09: another request commits the same key between our check and our insert.
+
+    Deterministic version of the race above: on PostgreSQL the unique (producer, key)
+    makes our insert fail and the store answers with the winner's job; on SQLite the
+    check runs under the write lock, so the other writer cannot even get in.
+    """
     new = NewJob(producer="p", type="email", payload_json="{}", priority=0, max_retries=3,
                  idempotency_key="k", request_hash="h")
-    first, created = store.enqueue(new)
-    again, created_again = store.enqueue(new)
-    assert created and not created_again and again.id == first.id
+    now = store.clock()
+    winner = {"type": "email", "payload": "{}", "priority": 0, "status": "pending",
+              "attempt": 0, "retry_count": 0, "max_retries": 3, "producer": "p",
+              "idempotency_key": "k", "request_hash": "h", "run_at": now,
+              "created_at": now, "updated_at": now}
+    seen: list[str] = []
+
+    def sneak_in(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if seen or "idempotency_key" not in statement or not statement.lstrip().startswith(
+                "SELECT"):
+            return
+        if store.engine.dialect.name == "sqlite":
+            other = sqlite3.connect(db_url.removeprefix("sqlite:///"), timeout=0)
+            try:
+                other.execute("INSERT INTO jobs (type, payload, priority, status, attempt, "
+                              "retry_count, max_retries, producer, idempotency_key, "
+                              "request_hash, run_at, created_at, updated_at) VALUES "
+                              "('email', '{}', 0, 'pending', 0, 0, 3, 'p', 'k', 'h', ?, ?, ?)",
+                              (now, now, now))
+                other.commit()
+                seen.append("inserted")
+            except sqlite3.OperationalError:
+                seen.append("locked")
+            finally:
+                other.close()
+        else:
+            with store.engine.begin() as other:
+                other.execute(jobs.insert(), winner)
+            seen.append("inserted")
+
+    event.listen(store.engine, "after_cursor_execute", sneak_in)
+    try:
+        job, created = store.enqueue(new)
+    finally:
+        event.remove(store.engine, "after_cursor_execute", sneak_in)
+    assert count_jobs(store) == 1
+    if store.engine.dialect.name == "sqlite":
+        assert seen == ["locked"] and created
+    else:
+        assert seen == ["inserted"] and not created and job.idempotency_key == "k"
 
 
-# -- V-10: error text ---------------------------------------------------------------------------------
+# -- V-10: error text --------------------------------------------------------------------------
 
 SECRET_ERROR = ("connect to postgres://app:hunter2@db.internal:5432/x failed; "
                 "password=hunter2 token=abc123 secret: s3cr3t api_key=AKIA1234 "
