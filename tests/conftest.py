@@ -1,15 +1,14 @@
 """Shared fixtures: every backend-dependent test runs on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
-import base64
 import os
 from typing import Any, Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from helpers import add_user
 from queuelog import create_app
-from queuelog.auth import hash_password
 from queuelog.jobs import Priority
 from queuelog.schema import metadata
 from queuelog.store import Store
@@ -124,9 +123,7 @@ def make_key(store: Store) -> Callable[..., dict[str, str]]:
 def make_user(store: Store) -> Callable[..., dict[str, str]]:
     """Create a user; return the Authorization header (HTTP Basic) for it."""
     def make(username: str, role: str, password: str = "correct horse battery") -> dict[str, str]:
-        store.accounts.create_user(username, hash_password(password), role)
-        raw = base64.b64encode(f"{username}:{password}".encode()).decode()
-        return {"Authorization": f"Basic {raw}"}
+        return add_user(store, username, role, password)
     return make
 
 

@@ -1,30 +1,14 @@
 """GET /jobs, GET /jobs/{id}, /healthz, /metrics, /openapi.json: shapes, paging, visibility."""
 from __future__ import annotations
 
-import base64
 from typing import Any
 
 import pytest
-from werkzeug.security import generate_password_hash
+from helpers import add_user, problem
 
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # pure request validation
 
 
-def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:
-    """Create a user with a cheap hash; return its Basic Authorization header."""
-    store.accounts.create_user(username, generate_password_hash(password, "pbkdf2:sha256:1000"),
-                               role)
-    raw = base64.b64encode(f"{username}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {raw}"}
-
-
-def problem(resp: Any, status: int) -> dict[str, Any]:
-    """Assert an RFC 9457 answer with this status; return its body."""
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    assert resp.mimetype == "application/problem+json"
-    body = resp.get_json(force=True)
-    assert body["status"] == status and body["title"] and body["detail"] and body["type"]
-    return body
 
 
 def enqueue(client: Any, headers: dict[str, str], type: str = "email", **body: Any) -> Any:

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import pytest
+from helpers import problem
 
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # pure request validation
 
@@ -15,16 +16,6 @@ def config() -> dict[str, Any]:
     """A type with its own lease."""
     return {"JOB_TYPES": {"email": {}, "pdf": {"lease_seconds": 900}, "sync": {}}}
 
-
-def problem(resp: Any, status: int, slug: str | None = None) -> dict[str, Any]:
-    """Assert an RFC 9457 answer with this status (and type suffix); return its body."""
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    assert resp.mimetype == "application/problem+json"
-    body = resp.get_json(force=True)
-    assert body["status"] == status and body["title"] and body["detail"]
-    if slug is not None:
-        assert body["type"].endswith(slug)
-    return body
 
 
 def enqueue(client: Any, headers: dict[str, str], type: str = "email", **body: Any) -> Any:

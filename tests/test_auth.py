@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from werkzeug.security import generate_password_hash
 
 from queuelog.auth import Principal
+from helpers import basic, quick_hash
 
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # request parsing only
 
@@ -29,15 +29,6 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
 ]
 
 
-def basic(username: str, password: str) -> dict[str, str]:
-    """An HTTP Basic Authorization header."""
-    raw = base64.b64encode(f"{username}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {raw}"}
-
-
-def quick_hash(password: str) -> str:
-    """A cheap salted hash, so tests do not spend their time in scrypt."""
-    return generate_password_hash(password, "pbkdf2:sha256:1000")
 
 
 def assert_401(resp: Any) -> None:

@@ -13,35 +13,16 @@ import threading
 from typing import Any
 
 from sqlalchemy import event, func, select
-from werkzeug.security import generate_password_hash
 
 from queuelog.schema import api_keys, job_attempts, jobs
 from queuelog.store import NewJob
+from helpers import basic, problem, quick_hash
 
 STORE_DIR = pathlib.Path(__file__).resolve().parent.parent / "queuelog" / "store"
 INJECTION = "email' OR 1=1 --"
 
 
-def problem(resp: Any, status: int, slug: str | None = None) -> dict[str, Any]:
-    """Assert an RFC 9457 answer with this status (and type suffix); return its body."""
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    assert resp.mimetype == "application/problem+json"
-    body = resp.get_json(force=True)
-    assert body["status"] == status and body["title"] and body["detail"]
-    if slug is not None:
-        assert body["type"].endswith(slug), body["type"]
-    return body
 
-
-def basic(username: str, password: str) -> dict[str, str]:
-    """An HTTP Basic Authorization header."""
-    raw = base64.b64encode(f"{username}:{password}".encode()).decode()
-    return {"Authorization": f"Basic {raw}"}
-
-
-def quick_hash(password: str) -> str:
-    """A cheap salted hash, so tests do not spend their time in scrypt."""
-    return generate_password_hash(password, "pbkdf2:sha256:1000")
 
 
 def count_jobs(store: Any) -> int:

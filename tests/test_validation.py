@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
 from queuelog.errors import MalformedRequest, ValidationFailed
 from queuelog.validation import MAX_DEPTH, Fields, compact, idempotency_header, parse_json
+from helpers import problem
 
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # parsing does not touch the DB
 
@@ -16,14 +16,6 @@ def nested(depth: int) -> str:
     """A JSON text of ``depth`` nested arrays."""
     return "[" * depth + "]" * depth
 
-
-def problem(resp: Any, status: int) -> dict[str, Any]:
-    """Assert an RFC 9457 answer with this status; return its body."""
-    assert resp.status_code == status, resp.get_data(as_text=True)
-    assert resp.mimetype == "application/problem+json"
-    body = resp.get_json(force=True)
-    assert set(body) >= {"type", "title", "status", "detail"} and body["status"] == status
-    return body
 
 
 @pytest.mark.parametrize("raw", [b"NaN", b'{"a": NaN}', b'{"a": Infinity}', b"[-Infinity]",

@@ -7,14 +7,15 @@ from flask import Flask, current_app
 
 from .accounts import Accounts, ApiKey, User, hash_token
 from .engine import create_schema, make_engine, system_clock
-from .queue import ALL, NewJob, Page, Queue, Scope
+from .queue import NewJob, Queue
+from .reads import ALL, Page, Reads, Scope
 from .stats import Series, Stats
 
 __all__ = ["ALL", "Accounts", "ApiKey", "NewJob", "Page", "Scope", "Series", "Store", "User",
            "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Stats):
+class Store(Queue, Reads, Stats):
     """Job verbs, dashboard reads and ``accounts`` (keys, users): one engine, one clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
