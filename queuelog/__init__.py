@@ -12,8 +12,13 @@ TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file_
                          "templates")
 
 
-def create_app(test_config: dict[str, Any] | None = None) -> Flask:
-    """Build the app: config, store, auth, blueprints, dashboard, CLI."""
+def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = True) -> Flask:
+    """Build the app: config, store, auth, blueprints, dashboard, CLI.
+
+    ``serving`` False (the ``queuelog`` command line) leaves creating the first admin to
+    the commands that start a server or set up the database, so ``queuelog --help`` or
+    ``keys create`` never prints a password where nobody expects it.
+    """
     app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
     os.makedirs(app.instance_path, exist_ok=True)
 
@@ -35,13 +40,15 @@ def create_app(test_config: dict[str, Any] | None = None) -> Flask:
     from . import retention
     retention.init_app(app)
 
-    if app.config["BOOTSTRAP_ADMIN"]:
+    if serving:
         bootstrap_admin(app)
     return app
 
 
 def bootstrap_admin(app: Flask) -> str | None:
     """Create user ``admin`` with a random password when no user exists; print it once."""
+    if not app.config["BOOTSTRAP_ADMIN"]:
+        return None
     from .auth import hash_password
     from .store import get_store
     with app.app_context():

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 from flask import Flask
-from flask.cli import AppGroup, FlaskGroup, with_appcontext
+from flask.cli import AppGroup, FlaskGroup, ScriptInfo, run_command, with_appcontext
 
 from . import retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
@@ -26,8 +27,12 @@ def parse_duration(text: str) -> int:
 @with_appcontext
 def init_db() -> None:
     """Create or upgrade the schema (also done on every start)."""
+    from flask import current_app
+
+    from . import bootstrap_admin
     get_store().create_schema()
-    click.echo("Schema is up to date.")
+    bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
+    click.echo("The database is ready (tables and indexes created or already present).")
 
 
 # AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
@@ -75,8 +80,13 @@ def keys_list() -> None:
     for k in rows:
         status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
         click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
-                   f"{Priority.from_value(k.max_priority).label:<13} "
+                   f"{_priority_column(k.role, k.max_priority):<13} "
                    f"{isoformat(k.created_at):<28} {status}")
+
+
+def _priority_column(role: str, max_priority: int) -> str:
+    # Only producer keys are held to a ceiling; for the others the stored value means nothing.
+    return Priority.from_value(max_priority).label if role == "producer" else "-"
 
 
 @keys.command("revoke")
@@ -141,8 +151,18 @@ def init_app(app: Flask) -> None:
 
 def _create_app() -> Flask:
     from . import create_app
-    return create_app()
+    return create_app(serving=False)
 
 
-main = FlaskGroup(name="queuelog", create_app=_create_app,
+def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
+    # Flask's own ``run``, after creating the first admin: "printed once at first start".
+    from . import bootstrap_admin
+    bootstrap_admin(click.get_current_context().ensure_object(ScriptInfo).load_app())
+    return run_command.callback(*args, **kwargs)  # type: ignore[misc]
+
+
+main = FlaskGroup(name="queuelog", create_app=_create_app, add_version_option=False,
                   help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
+main.add_command(click.Command("run", callback=_run_with_first_admin, params=run_command.params,
+                               help=run_command.help, short_help=run_command.short_help))
+click.version_option(package_name="queuelog", prog_name="queuelog")(main)

@@ -67,11 +67,18 @@ def check(config: Any) -> None:
     for key in ("MAX_PAYLOAD_BYTES", "MAX_CONTENT_LENGTH", "MAX_ERROR_BYTES", "LEASE_SECONDS"):
         if not isinstance(config[key], int) or config[key] <= 0:
             raise ValueError(f"{key} must be a positive integer")
+    # Per-type options: (accepted types, lowest, highest); checked here so that a typo in
+    # the config stops start-up instead of turning every enqueue of that type into a 500.
+    limits = {"lease_seconds": ((int, float), 1, 43_200), "max_retries": ((int,), 0, 25),
+              "max_payload_bytes": ((int,), 1, 2**31 - 1)}
     for name, opts in types.items():
-        lease = opts.get("lease_seconds", 1)
-        if (isinstance(lease, bool) or not isinstance(lease, (int, float))
-                or not 1 <= lease <= 43_200):
-            raise ValueError(f"JOB_TYPES[{name!r}]['lease_seconds'] must be 1 to 43200 seconds")
+        if not isinstance(name, str) or not 1 <= len(name) <= 100 or not name.isprintable():
+            raise ValueError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
+        for option, value in opts.items():
+            kinds, lo, hi = limits[option]
+            if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
+                raise ValueError(f"JOB_TYPES[{name!r}][{option!r}] must be a number "
+                                 f"from {lo} to {hi}")
     # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
     base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \

@@ -93,7 +93,9 @@ def problem(status: int, slug: str, title: str, detail: str,
                             "status": status, "detail": detail}
     if errors is not None:
         body["errors"] = errors
-    resp = current_app.response_class(json.dumps(body), status=status, mimetype=PROBLEM_JSON)
+    # A trailing newline like Flask's own JSON answers, so curl output stays readable.
+    resp = current_app.response_class(json.dumps(body) + "\n", status=status,
+                                      mimetype=PROBLEM_JSON)
     for name, value in (headers or {}).items():
         resp.headers[name] = value
     return resp

@@ -162,6 +162,8 @@ def test_metrics_for_admin_and_metrics_keys(client, producer, admin, make_key, s
         text = resp.get_data(as_text=True)
         assert 'queuelog_jobs{status="pending",type="email"} 2' in text
         assert 'queuelog_jobs{status="pending",type="pdf"} 1' in text
+        # zeros are series too: every status of every configured type is there
+        assert 'queuelog_jobs{status="failed",type="sync"} 0' in text
         assert all(line.startswith(("#", "queuelog_")) for line in text.splitlines())
     problem(client.get("/metrics", headers=producer), 403)
     problem(client.get("/metrics", headers=add_user(store, "vera", "viewer")), 403)

@@ -155,3 +155,22 @@ def test_the_console_script_creates_a_working_key(tmp_path):
         assert client.get("/metrics", headers=bearer(token + "x")).status_code == 401
     finally:
         app.extensions["queuelog.store"].close()
+
+
+def test_first_admin_is_printed_by_init_db_not_by_other_commands(tmp_path):
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/first.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test"}
+    script = os.path.join(os.path.dirname(sys.executable), "queuelog")
+    command = [script] if os.path.exists(script) else ["queuelog"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([*command, *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    assert "password" not in run("--help").stderr
+    assert "password" not in run("keys", "create", "--name", "w", "--role", "worker").stderr
+    first = run("init-db").stderr
+    assert "created user 'admin' with password: " in first
+    assert "password" not in run("init-db").stderr  # shown once only

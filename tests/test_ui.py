@@ -377,6 +377,7 @@ def test_first_admin_is_created_once_when_started_concurrently(
     import threading
 
     from queuelog import bootstrap_admin
+    app.config["BOOTSTRAP_ADMIN"] = True  # the test config turns it off for other tests
     barrier = threading.Barrier(4)
     passwords: list[str | None] = []
 
