@@ -45,6 +45,7 @@ class Principal:
 class _CaseInsensitiveToken(HTTPTokenAuth):
     # flask-httpauth's MultiAuth matches the scheme case-sensitively; RFC 9110 says not.
     def is_compatible_auth(self, headers: Any) -> bool:
+        """Whether the Authorization header names this scheme, in any case."""
         scheme = headers.get("Authorization", "").split(None, 1)[:1]
         return bool(scheme) and scheme[0].lower() == self.scheme.lower()
 
@@ -52,6 +53,7 @@ class _CaseInsensitiveToken(HTTPTokenAuth):
 class _StrictBasic(HTTPBasicAuth):
     # flask-httpauth's Basic parser accepts any scheme word; only "Basic" may pass.
     def get_auth(self) -> Any:
+        """The Basic credentials, or None when the header names another scheme."""
         scheme = request.headers.get("Authorization", "").split(None, 1)[:1]
         if not scheme or scheme[0].lower() != "basic":
             return None
