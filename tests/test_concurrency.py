@@ -146,3 +146,22 @@ def test_each_claim_takes_the_best_due_job_under_contention(store):
     for position, key in enumerate(claimed):
         better_later = sum(1 for later in claimed[position + 1:] if later < key)
         assert better_later < THREADS
+
+
+def test_a_forked_process_does_not_reuse_the_parents_connections(store):
+    """After fork (gunicorn --preload, multiprocessing) the child's pool starts empty."""
+    store.ping()  # the parent now holds a pooled connection
+    assert store.engine.pool.checkedin() >= 1
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+
+    def child() -> None:
+        pooled = store.engine.pool.checkedin()
+        store.ping()  # and the child can still talk to the database on its own connection
+        out.put(pooled)
+
+    proc = ctx.Process(target=child)
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == 0 and out.get(timeout=5) == 0
+    store.ping()  # the parent's connections were left alone

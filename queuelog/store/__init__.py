@@ -1,7 +1,9 @@
 """The store: all SQL of queuelog lives in this package; views never import sqlalchemy."""
 from __future__ import annotations
 
-from typing import Mapping
+import os
+import weakref
+from typing import Any, Mapping
 
 from flask import Flask, current_app
 
@@ -28,6 +30,10 @@ class Store(Queue, Reads, Stats):
                          type_leases=type_leases)
         # Accounts read the queue's clock, so a test that moves one moves both.
         self.accounts = Accounts(engine, clock=lambda: self.clock())
+        # A process forked after this point (gunicorn --preload, multiprocessing) must not
+        # share the parent's pooled connections: SQLite and libpq sockets are not fork-safe.
+        ref = weakref.ref(engine)
+        os.register_at_fork(after_in_child=lambda: _forget_pool(ref))
 
     def create_schema(self) -> None:
         """Create or upgrade the schema."""
@@ -36,6 +42,12 @@ class Store(Queue, Reads, Stats):
     def close(self) -> None:
         """Close pooled connections."""
         self.engine.dispose()
+
+
+def _forget_pool(ref: "weakref.ReferenceType[Any]") -> None:
+    engine = ref()
+    if engine is not None:
+        engine.dispose(close=False)  # the parent keeps using its connections
 
 
 def init_app(app: Flask) -> Store:
