@@ -163,10 +163,15 @@ def hash_password(password: str) -> str:
     return generate_password_hash(password)
 
 
-def guard_write() -> None:
-    """Refuse state changes a browser could be tricked into sending (contract, CSRF)."""
+def refuse_cross_site() -> None:
+    """403 for a state change the browser marks as sent from another site."""
     if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
         raise Forbidden("Cross-site requests may not change state.")
+
+
+def guard_write() -> None:
+    """Refuse state changes a browser could be tricked into sending (contract, CSRF)."""
+    refuse_cross_site()
     if current_user().kind == "user" and not request.is_json:
         raise UnsupportedMediaType("Requests signed in with a password must send "
                                    "Content-Type: application/json.")

@@ -13,6 +13,7 @@ from .auth import KEY_ROLES, USER_ROLES, hash_password
 from .errors import Conflict
 from .jobs import FINISHED, Priority, Status, isoformat
 from .store import get_store
+from .validation import is_name
 
 
 def parse_duration(text: str) -> int:
@@ -53,7 +54,7 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
     """Create a key and print its token (last line); the token is not shown again."""
     from flask import current_app
     name = name.strip()
-    if not 1 <= len(name) <= 100 or not name.isprintable():
+    if not is_name(name):
         raise click.BadParameter("must be 1 to 100 printable characters", param_hint="--name")
     type_list = None
     if types is not None:
@@ -109,7 +110,7 @@ def users() -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 def users_create(username: str, role: str, password_stdin: bool) -> None:
     """Add a person who signs in with USERNAME and a password."""
-    if not 1 <= len(username) <= 100 or ":" in username or not username.isprintable():
+    if not is_name(username) or ":" in username:
         raise click.BadParameter("must be 1 to 100 printable characters without ':'",
                                  param_hint="USERNAME")
     if password_stdin:

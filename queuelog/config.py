@@ -7,6 +7,8 @@ from typing import Any
 
 from flask import Flask
 
+from .validation import is_name
+
 DEFAULTS: dict[str, Any] = {
     "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},
     "MAX_PAYLOAD_BYTES": 65536,
@@ -72,7 +74,7 @@ def check(config: Any) -> None:
     limits = {"lease_seconds": ((int, float), 1, 43_200), "max_retries": ((int,), 0, 25),
               "max_payload_bytes": ((int,), 1, 2**31 - 1)}
     for name, opts in types.items():
-        if not isinstance(name, str) or not 1 <= len(name) <= 100 or not name.isprintable():
+        if not is_name(name):
             raise ValueError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
         for option, value in opts.items():
             kinds, lo, hi = limits[option]

@@ -15,11 +15,12 @@ from flask import (Blueprint, Flask, current_app, flash, redirect, render_templa
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
 from .api import notify
-from .auth import Principal, current_user, require
+from .auth import Principal, current_user, refuse_cross_site, require
 from .charts import minute_chart
-from .errors import Forbidden, JobNotFound, WrongState
+from .errors import JobNotFound, WrongState
 from .jobs import Job, Priority, Status, isoformat, to_datetime
 from .store import get_store
+from .validation import is_name
 
 bp = Blueprint("ui", __name__, url_prefix="/ui")
 csrf = CSRFProtect()
@@ -61,8 +62,7 @@ def parse_filters(args: Any) -> dict[str, Any]:
             raise BadFilter(f"{name} must be one of {', '.join(choices)}.")
         out[name] = value
     out["type"] = args.get("type") or None
-    if out["type"] is not None and (len(out["type"]) > 100 or not out["type"].isprintable()):
-        # NUL and friends are no type name, and PostgreSQL refuses NUL in text outright.
+    if out["type"] is not None and not is_name(out["type"]):
         raise BadFilter("type must be at most 100 printable characters.")
     for name in ("before", "after"):
         out[name] = parse_id(args.get(name), name)
@@ -149,8 +149,7 @@ def cancel(job_id: int) -> Any:
 
 def _act(job_id: int, action: str) -> Any:
     # Authenticated and authorized by now (401/403 come first); then the form checks.
-    if request.headers.get("Sec-Fetch-Site", "").lower() == "cross-site":
-        raise Forbidden("Cross-site requests may not change state.")
+    refuse_cross_site()
     csrf.protect()
     store = get_store()
     try:

@@ -70,6 +70,14 @@ def json_body() -> dict[str, Any]:
     return body
 
 
+def is_name(value: Any, max_len: int = 100) -> bool:
+    """A name of a job type, key or user: 1 to ``max_len`` printable characters.
+
+    Printable excludes NUL, which PostgreSQL refuses in text outright (a 500, not a 4xx).
+    """
+    return isinstance(value, str) and 1 <= len(value) <= max_len and value.isprintable()
+
+
 def compact(value: Any) -> str:
     """Compact UTF-8 JSON, the form payloads are measured and stored in."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
