@@ -24,8 +24,13 @@ def config() -> dict[str, Any]:
     return {"SQLITE_SYNCHRONOUS": "NORMAL"}
 
 
-def drain(store: Store, name: str, first: Any = None) -> list[int]:
-    """Claim until the queue answers None; return the ids this worker got."""
+def drain(store: Store, name: str, holding: Any = None) -> list[int]:
+    """Claim until the queue answers None; return the ids this worker got.
+
+    ``holding``: a barrier to wait on once this worker holds its first job. SQLite's write
+    lock is not fair, so without it one process can drain the queue while the other's
+    busy handler sleeps.
+    """
     got = []
     while True:
         job = store.claim(name, lease_seconds=600)
@@ -33,17 +38,17 @@ def drain(store: Store, name: str, first: Any = None) -> list[int]:
             return got
         assert job.worker_id == name and job.attempt == 1
         got.append(job.id)
-        if first is not None and len(got) == 1:
-            first.set()
+        if holding is not None and len(got) == 1:
+            holding.wait(timeout=60)
 
 
-def process_main(url: str, name: str, now: int, start: Any, first: Any, out: str) -> None:
+def process_main(url: str, name: str, now: int, start: Any, holding: Any, out: str) -> None:
     """A worker process: its own Store on the same database, then drain."""
     store = Store(url, sqlite_synchronous="NORMAL")
     store.clock = lambda: now  # the parent's fake instant, so no lease looks expired
     try:
         start.wait(timeout=60)
-        pathlib.Path(out).write_text(json.dumps(drain(store, name, first)))
+        pathlib.Path(out).write_text(json.dumps(drain(store, name, holding)))
     finally:
         store.close()
 
@@ -69,9 +74,9 @@ def test_threads_and_processes_claim_each_job_exactly_once(store, db_url, tmp_pa
         "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     start = ctx.Barrier(PROCESSES + 1)
     outs = [tmp_path / f"proc-{n}.json" for n in range(PROCESSES)]
-    firsts = [ctx.Event() for _ in range(PROCESSES)]
+    holding = ctx.Barrier(PROCESSES + 1)
     procs = [ctx.Process(target=process_main, args=(db_url, f"proc-{n}", store.clock(), start,
-                                                     firsts[n], str(out)))
+                                                     holding, str(out)))
              for n, out in enumerate(outs)]
     for proc in procs:
         proc.start()
@@ -92,8 +97,7 @@ def test_threads_and_processes_claim_each_job_exactly_once(store, db_url, tmp_pa
     for thread in threads:
         thread.start()
     start.wait(timeout=60)  # the processes have booted: let them start claiming
-    for first in firsts:  # and once each holds a job, release the threads into the race
-        first.wait(timeout=30)
+    holding.wait(timeout=60)  # once each holds a job, release them and the threads together
     go.wait(timeout=60)
     for thread in threads:
         thread.join(timeout=60)

@@ -44,10 +44,17 @@ class Store(Queue, Reads, Stats):
         self.engine.dispose()
 
 
+# Pools a forked child inherited. They are kept, never closed or collected: closing a
+# SQLite connection opened before the fork drops the child's POSIX locks on the database
+# and can checkpoint the parent's WAL under it (https://sqlite.org/howtocorrupt.html#fork).
+_INHERITED: list[Any] = []
+
+
 def _forget_pool(ref: "weakref.ReferenceType[Any]") -> None:
     engine = ref()
     if engine is not None:
-        engine.dispose(close=False)  # the parent keeps using its connections
+        _INHERITED.append(engine.pool)
+        engine.dispose(close=False)  # a fresh pool; the parent keeps using its connections
 
 
 def init_app(app: Flask) -> Store:
