@@ -152,7 +152,11 @@ def init_app(app: Flask) -> None:
 
 def _create_app() -> Flask:
     from . import create_app
-    return create_app(serving=False)
+    from .config import ConfigError
+    try:
+        return create_app(serving=False)
+    except ConfigError as exc:  # one line that names the setting, not a traceback
+        raise click.ClickException(f"configuration: {exc}") from None
 
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:

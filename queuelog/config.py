@@ -25,6 +25,10 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+class ConfigError(ValueError):
+    """A configuration queuelog cannot start with; its message names the setting."""
+
+
 def load(app: Flask, test_config: dict[str, Any] | None) -> None:
     """Fill ``app.config`` in order: defaults, instance config, environment, test config."""
     app.config.from_mapping(DEFAULTS)
@@ -50,7 +54,7 @@ def instance_secret(instance_path: str) -> str:
             key = fh.read().strip()
         if key:
             return key
-        raise RuntimeError(f"{path} is empty; delete it to have a new key generated")
+        raise ConfigError(f"{path} is empty; delete it to have a new key generated")
     key = secrets.token_hex(32)
     with os.fdopen(fd, "w", encoding="ascii") as fh:
         fh.write(key + "\n")
@@ -61,28 +65,28 @@ def check(config: Any) -> None:
     """Fail at start-up, not at the first request, on a config that cannot work."""
     types = config["JOB_TYPES"]
     if not isinstance(types, dict) or not types:
-        raise ValueError("JOB_TYPES must be a non-empty mapping of type name to options")
+        raise ConfigError("JOB_TYPES must be a non-empty mapping of type name to options")
     allowed = {"max_retries", "lease_seconds", "max_payload_bytes"}
     for name, opts in types.items():
         if not isinstance(opts, dict) or set(opts) - allowed:
-            raise ValueError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
+            raise ConfigError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
     for key in ("MAX_PAYLOAD_BYTES", "MAX_CONTENT_LENGTH", "MAX_ERROR_BYTES", "LEASE_SECONDS"):
         if not isinstance(config[key], int) or config[key] <= 0:
-            raise ValueError(f"{key} must be a positive integer")
+            raise ConfigError(f"{key} must be a positive integer")
     # Per-type options: (accepted types, lowest, highest); checked here so that a typo in
     # the config stops start-up instead of turning every enqueue of that type into a 500.
     limits = {"lease_seconds": ((int, float), 1, 43_200), "max_retries": ((int,), 0, 25),
               "max_payload_bytes": ((int,), 1, 2**31 - 1)}
     for name, opts in types.items():
         if not is_name(name):
-            raise ValueError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
+            raise ConfigError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
         for option, value in opts.items():
             kinds, lo, hi = limits[option]
             if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
-                raise ValueError(f"JOB_TYPES[{name!r}][{option!r}] must be a number "
+                raise ConfigError(f"JOB_TYPES[{name!r}][{option!r}] must be a number "
                                  f"from {lo} to {hi}")
     # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
     base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \
             or not 0 < base <= cap:
-        raise ValueError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")
+        raise ConfigError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")

@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 
 from queuelog import create_app
+from queuelog.config import ConfigError
 
 
 def build(tmp_path: Any, **config: Any) -> Any:
@@ -26,7 +27,7 @@ def build(tmp_path: Any, **config: Any) -> Any:
     ({"": {}}, "type name"),
 ])
 def test_bad_job_types_stop_start_up(tmp_path, job_types, message):
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ConfigError, match=message):
         build(tmp_path, JOB_TYPES=job_types)
 
 
@@ -37,3 +38,26 @@ def test_good_per_type_options_are_used(tmp_path):
         assert app.config["JOB_TYPES"]["a"]["max_retries"] == 0
     finally:
         app.extensions["queuelog.store"].close()
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("JOB_TYPES", "{}", "configuration: JOB_TYPES must be a non-empty mapping"),
+    ("LEASE_SECONDS", "soon", "configuration: LEASE_SECONDS must be a positive integer"),
+    ("SQLITE_SYNCHRONOUS", "fast", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
+    ("DATABASE_URL", "not a url", "not an SQLAlchemy URL"),
+    ("DATABASE_URL", "postgres://ops:hunter2@db/q", "write postgresql+psycopg://"),
+    ("DATABASE_URL", "mysql://ops:hunter2@db/q", "runs on sqlite or postgresql"),
+    ("DATABASE_URL", "sqlite:////no/such/dir/q.sqlite3", "the database does not answer"),
+    ("DATABASE_URL", "postgresql+psycopg://ops:hunter2@127.0.0.1:1/q",
+     "postgresql+psycopg://ops:***@127.0.0.1:1/q: the database does not answer"),
+])
+def test_the_command_line_names_a_bad_setting_in_one_line(setting, value, message):
+    """A config that cannot work: one ``Error:`` line naming it, no traceback, no password."""
+    from click.testing import CliRunner
+
+    from queuelog.cli import main
+    result = CliRunner().invoke(main, ["keys", "list"], env={
+        f"QUEUELOG_{setting}": value, "QUEUELOG_SECRET_KEY": "x"})
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: configuration: ") and message in result.output
+    assert "Traceback" not in result.output and "hunter2" not in result.output

@@ -6,6 +6,10 @@ import weakref
 from typing import Any, Mapping
 
 from flask import Flask, current_app
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from ..config import ConfigError
 
 from .accounts import Accounts, ApiKey, User, hash_token
 from .engine import create_schema, make_engine, system_clock
@@ -59,17 +63,33 @@ def _forget_pool(ref: "weakref.ReferenceType[Any]") -> None:
 
 def init_app(app: Flask) -> Store:
     """Create the app's store from its config and create the schema."""
-    store = Store(app.config["DATABASE_URL"],
-                  sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
-                  backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
-                  backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
-                  lease_seconds=float(app.config["LEASE_SECONDS"]),
-                  type_leases={name: float(opts["lease_seconds"])
-                               for name, opts in app.config["JOB_TYPES"].items()
-                               if "lease_seconds" in opts})
-    store.create_schema()
+    url = app.config["DATABASE_URL"]
+    try:
+        store = Store(url, sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
+                      backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
+                      backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
+                      lease_seconds=float(app.config["LEASE_SECONDS"]),
+                      type_leases={name: float(opts["lease_seconds"])
+                                   for name, opts in app.config["JOB_TYPES"].items()
+                                   if "lease_seconds" in opts})
+    except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
+        raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
+    try:
+        store.create_schema()
+    except OperationalError as exc:
+        store.close()
+        raise ConfigError(f"DATABASE_URL {_shown(url)}: the database does not answer: "
+                          f"{str(exc.orig).strip()}") from exc
     app.extensions["queuelog.store"] = store
     return store
+
+
+def _shown(url: Any) -> str:
+    # Never print a password from the URL into a terminal or a server log.
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not parseable: nothing in it can be told apart as a password
+        return "(not an SQLAlchemy URL)"
 
 
 def get_store() -> Store:

@@ -7,6 +7,7 @@ from typing import Any, Callable
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
+from ..config import ConfigError
 from ..schema import metadata
 
 Clock = Callable[[], int]
@@ -20,12 +21,18 @@ def system_clock() -> int:
 def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False) -> Engine:
     """Create the engine; on SQLite turn on WAL, a busy timeout and real transactions."""
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite":
+    backend = parsed.get_backend_name()
+    if backend not in {"sqlite", "postgresql"}:
+        hint = " (write postgresql+psycopg://)" if backend == "postgres" else ""
+        raise ConfigError(f"DATABASE_URL: queuelog runs on sqlite or postgresql, "
+                          f"not {backend!r}{hint}")
+    if backend != "sqlite":
         return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10,
                              max_overflow=20)
     synchronous = sqlite_synchronous.upper()
     if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
-        raise ValueError(f"SQLITE_SYNCHRONOUS must be OFF, NORMAL, FULL or EXTRA, not {sqlite_synchronous!r}")
+        raise ConfigError("SQLITE_SYNCHRONOUS must be OFF, NORMAL, FULL or EXTRA, "
+                          f"not {sqlite_synchronous!r}")
     engine = create_engine(url, echo=echo, pool_size=10, max_overflow=20,
                            connect_args={"timeout": 30, "check_same_thread": False})
 
