@@ -101,7 +101,11 @@ PAGES = {
     "older page from the deep page": "/ui/?before={older}",
     "failed jobs, first page": "/ui/?status=failed",
     "one job": "/ui/jobs/{deep}",
+    "failed pdf jobs (status + type)": "/ui/?status=failed&type=pdf",
+    "GET /metrics (counts every job)": "/metrics",
 }
+# Pages that count the whole table by design: reported, but not held to the 1.5x target.
+GROWS = {"GET /metrics (counts every job)"}
 
 
 def measure(apps: dict[int, Any], runs: int) -> dict[int, dict[str, float]]:
@@ -150,7 +154,7 @@ def main() -> None:
     print(f"{'page':<36} {small:>10,} {large:>12,}   ratio")
     for name in results[small]:
         a, b = results[small][name], results[large][name]
-        flag = "ok" if b <= 1.5 * a else "SLOW"
+        flag = "grows" if name in GROWS else "ok" if b <= 1.5 * a else "SLOW"
         print(f"{name:<36} {a:>10.2f} {b:>12.2f}   {b / a:4.2f}x {flag}")
     if not args.keep:
         for f in os.listdir(folder):

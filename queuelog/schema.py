@@ -48,6 +48,9 @@ Index("ix_jobs_lease", jobs.c.lease_expires_at,
       sqlite_where=text("status = 'running'"), postgresql_where=text("status = 'running'"))
 # Newest-first list pages: keyset on id within each filter.
 Index("ix_jobs_status_id", jobs.c.status, jobs.c.id)
+# "Failed pdf jobs" is the dashboard's common pair; and /metrics groups by status and type,
+# which this index answers alone (no table rows, no sort).
+Index("ix_jobs_status_type_id", jobs.c.status, jobs.c.type, jobs.c.id)
 Index("ix_jobs_type_id", jobs.c.type, jobs.c.id)
 Index("ix_jobs_priority_id", jobs.c.priority, jobs.c.id)
 Index("ix_jobs_producer_id", jobs.c.producer, jobs.c.id)

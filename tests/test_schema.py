@@ -103,7 +103,7 @@ def _one(sent: list[tuple[str, Any]], starts: str) -> tuple[str, Any]:
 def test_the_schema_has_the_claim_and_list_indexes(store):
     names = {ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
     assert {"ix_jobs_claim", "ix_jobs_lease", "ix_jobs_status_id", "ix_jobs_type_id",
-            "ix_jobs_priority_id", "ix_jobs_producer_id"} <= names
+            "ix_jobs_priority_id", "ix_jobs_producer_id", "ix_jobs_status_type_id"} <= names
 
 
 @pytest.mark.parametrize("types", [None, ["pdf", "sync"]])
@@ -127,6 +127,7 @@ def test_lease_take_back_walks_the_lease_index(filled):
     ({"type": "pdf"}, "ix_jobs_type_id"),
     ({"priority": 20}, "ix_jobs_priority_id"),
     ({"scope": Scope(producer="p3")}, "ix_jobs_producer_id"),
+    ({"status": Status.PENDING, "type": "pdf"}, "ix_jobs_status_type_id"),
 ])
 def test_filtered_list_pages_use_their_index(filled, filters, index):
     first = filled.list_jobs(limit=10, **filters)
@@ -154,3 +155,24 @@ def test_get_by_id_is_a_primary_key_lookup(filled):
     statement, params = _one(sent, "SELECT")
     text = plan(filled, statement, params)
     assert ("INTEGER PRIMARY KEY" in text or "jobs_pkey" in text), text
+
+
+def test_metrics_counts_read_one_index_in_order(filled):
+    """/metrics counts every job, but from the (status, type) index alone: no rows, no sort."""
+    with recorded(filled) as sent:
+        counts = filled.count_by_status_and_type()
+    assert sum(n for _, _, n in counts) == ROWS
+    statement, params = _one(sent, "SELECT")
+    assert_indexed(filled, plan(filled, statement, params), "ix_jobs_status_type_id")
+
+
+def test_an_older_database_gets_the_indexes_added_since(store):
+    """create_schema (every start, and init-db) adds an index the database lacks."""
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP INDEX ix_jobs_status_type_id")
+    assert "ix_jobs_status_type_id" not in {
+        ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
+    store.create_schema()
+    store.create_schema()  # and again: nothing to do, no error
+    assert "ix_jobs_status_type_id" in {
+        ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
