@@ -190,6 +190,19 @@ def require(*roles: str, write: bool = False) -> Callable[[F], F]:
 
 
 def init_app(app: Flask) -> None:
-    """Give the app its password cache."""
+    """Give the app its password cache, and credentials before routing answers."""
     app.extensions["queuelog.password_cache"] = _PasswordCache(
         float(app.config["AUTH_CACHE_SECONDS"]))
+    app.before_request(_credentials_before_routing)
+
+
+def _credentials_before_routing() -> Any:
+    # An unknown path or a method a route lacks never reaches a view's login_required.
+    # Ask for credentials here too, so that without them every URL but /healthz and
+    # /static/ answers 401 first (contract), and 404/405 say nothing to a stranger.
+    # (OPTIONS is left to Flask: flask-httpauth exempts it for CORS preflights.)
+    if request.routing_exception is None:
+        return None
+    if request.path == "/healthz" or request.path.startswith("/static/"):
+        return None
+    return auth.login_required(lambda: None)()

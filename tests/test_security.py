@@ -577,3 +577,17 @@ def test_v10_error_text_is_shown_to_admins_only(client, producer, worker, admin,
     got = client.get(f"/jobs/{job['id']}", headers=admin).json
     assert got["error"] == "disk full" and got["attempts"][0]["error"] == "disk full"
     assert client.get("/jobs", headers=admin).json["jobs"][0]["error"] == "disk full"
+
+
+def test_v01_unknown_paths_and_methods_need_credentials_first(client, admin):
+    """V-01: 404 and 405 (with its Allow list) come only after valid credentials."""
+    for method, path in (("DELETE", "/jobs"), ("GET", "/nowhere"), ("PUT", "/jobs/1/complete"),
+                         ("GET", "/ui"), ("POST", "/openapi.json")):
+        resp = client.open(path, method=method)
+        assert resp.status_code == 401, (method, path)
+        assert resp.mimetype == "application/problem+json" and "Allow" not in resp.headers
+        assert "WWW-Authenticate" in resp.headers
+    assert client.open("/jobs", method="DELETE", headers=admin).status_code == 405
+    assert client.get("/nowhere", headers=admin).status_code == 404
+    assert client.post("/healthz").status_code == 405  # public, like GET /healthz
+    assert client.get("/static/nothing.css").status_code == 404  # static files need none
