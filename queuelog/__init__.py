@@ -8,8 +8,12 @@ from typing import Any
 
 from flask import Flask
 
-TEMPLATES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                         "templates")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The source tree keeps the pages in the top-level templates/; a wheel carries the same
+# files inside the package, as queuelog/templates (pyproject.toml maps them there).
+TEMPLATES = os.path.join(_HERE, "templates")
+if not os.path.isdir(TEMPLATES):
+    TEMPLATES = os.path.join(os.path.dirname(_HERE), "templates")
 
 
 def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = True) -> Flask:
