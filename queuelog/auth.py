@@ -197,12 +197,21 @@ def init_app(app: Flask) -> None:
 
 
 def _credentials_before_routing() -> Any:
-    # An unknown path or a method a route lacks never reaches a view's login_required.
-    # Ask for credentials here too, so that without them every URL but /healthz and
-    # /static/ answers 401 first (contract), and 404/405 say nothing to a stranger.
-    # (OPTIONS is left to Flask: flask-httpauth exempts it for CORS preflights.)
-    if request.routing_exception is None:
+    # An unknown path, a method a route lacks, and OPTIONS (answered by Flask itself) never
+    # reach a view's login_required. Ask for credentials here too, so that without them
+    # every URL but /healthz and /static/ answers 401 first (contract), and 404, 405 or an
+    # Allow list say nothing to a stranger.
+    if request.routing_exception is None and request.method != "OPTIONS":
         return None
     if request.path == "/healthz" or request.path.startswith("/static/"):
+        return None
+    if request.method == "OPTIONS":
+        # flask-httpauth lets OPTIONS through unchecked, for CORS preflights; queuelog
+        # answers no cross-origin callers, so OPTIONS is checked here by hand.
+        scheme = next((a for a in (basic_auth, token_auth)
+                       if a.is_compatible_auth(request.headers)), basic_auth)
+        given = scheme.get_auth()
+        if scheme.authenticate(given, scheme.get_auth_password(given)) in (None, False):
+            return _auth_error(401)
         return None
     return auth.login_required(lambda: None)()

@@ -579,15 +579,25 @@ def test_v10_error_text_is_shown_to_admins_only(client, producer, worker, admin,
     assert client.get("/jobs", headers=admin).json["jobs"][0]["error"] == "disk full"
 
 
-def test_v01_unknown_paths_and_methods_need_credentials_first(client, admin):
-    """V-01: 404 and 405 (with its Allow list) come only after valid credentials."""
+def test_v01_unknown_paths_methods_and_options_need_credentials_first(client, admin, worker,
+                                                                      make_user):
+    """V-01: 404, 405 and OPTIONS's Allow list come only after valid credentials."""
+    wrong = {"Authorization": worker["Authorization"] + "x"}
     for method, path in (("DELETE", "/jobs"), ("GET", "/nowhere"), ("PUT", "/jobs/1/complete"),
-                         ("GET", "/ui"), ("POST", "/openapi.json")):
-        resp = client.open(path, method=method)
-        assert resp.status_code == 401, (method, path)
-        assert resp.mimetype == "application/problem+json" and "Allow" not in resp.headers
-        assert "WWW-Authenticate" in resp.headers
+                         ("GET", "/ui"), ("POST", "/openapi.json"), ("OPTIONS", "/jobs"),
+                         ("OPTIONS", "/ui/"), ("OPTIONS", "/nowhere")):
+        for headers in ({}, wrong, {"Authorization": "Basic Og=="}):  # none, bad, empty
+            resp = client.open(path, method=method, headers=headers)
+            assert resp.status_code == 401, (method, path, headers)
+            assert resp.mimetype == "application/problem+json" and "Allow" not in resp.headers
+            assert "WWW-Authenticate" in resp.headers
     assert client.open("/jobs", method="DELETE", headers=admin).status_code == 405
     assert client.get("/nowhere", headers=admin).status_code == 404
+    viewer = make_user("vera", "viewer")
+    for headers in (admin, worker, viewer):  # Bearer and Basic
+        assert "POST" in client.options("/jobs", headers=headers).headers["Allow"]
+    wrong_password = {"Authorization": viewer["Authorization"][:-2] + "AA"}
+    assert client.options("/jobs", headers=wrong_password).status_code == 401
+    assert client.options("/healthz").status_code == 200
     assert client.post("/healthz").status_code == 405  # public, like GET /healthz
     assert client.get("/static/nothing.css").status_code == 404  # static files need none
