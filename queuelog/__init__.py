@@ -27,6 +27,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     os.makedirs(app.instance_path, exist_ok=True)
 
     from . import auth, cli, config, errors, store
+    from .validation import JobIdConverter
+    app.url_map.converters["job_id"] = JobIdConverter
     config.load(app, test_config)
     errors.init_app(app)
     store.init_app(app)

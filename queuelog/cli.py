@@ -113,7 +113,47 @@ def users_create(username: str, role: str, password_stdin: bool) -> None:
     if not is_name(username) or ":" in username:
         raise click.BadParameter("must be 1 to 100 printable characters without ':'",
                                  param_hint="USERNAME")
-    if password_stdin:
+    password = _read_password(password_stdin)
+    try:
+        get_store().accounts.create_user(username, hash_password(password), role)
+    except Conflict as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"Created {role} {username!r}.")
+
+
+@users.command("list")
+def users_list() -> None:
+    """List the people who may sign in, without their passwords."""
+    click.echo(f"{'USERNAME':<24} ROLE")
+    for user in get_store().accounts.list_users():
+        click.echo(f"{user.username:<24} {user.role}")
+
+
+@users.command("delete")
+@click.argument("username")
+def users_delete(username: str) -> None:
+    """Remove USERNAME; signed-in sessions stop within AUTH_CACHE_SECONDS."""
+    if not get_store().accounts.delete_user(username):
+        raise click.ClickException(f"No user named {username!r}.")
+    click.echo(f"Deleted user {username!r}.")
+
+
+@users.command("set-password")
+@click.argument("username")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+def users_set_password(username: str, password_stdin: bool) -> None:
+    """Give USERNAME a new password; the old one stops within AUTH_CACHE_SECONDS."""
+    accounts = get_store().accounts
+    if accounts.user(username) is None:
+        raise click.ClickException(f"No user named {username!r}.")
+    if not accounts.set_password(username, hash_password(_read_password(password_stdin))):
+        raise click.ClickException(f"No user named {username!r}.")  # deleted meanwhile
+    click.echo(f"Changed the password of {username!r}.")
+
+
+def _read_password(from_stdin: bool) -> str:
+    """A new password from standard input or a confirmed prompt; never empty."""
+    if from_stdin:
         password = sys.stdin.readline().rstrip("\r\n")
     else:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
@@ -122,11 +162,7 @@ def users_create(username: str, role: str, password_stdin: bool) -> None:
     if len(password) < 12:
         # Not refused: the contract sets no minimum, and scripts provision test users.
         click.echo("warning: a password shorter than 12 characters is easy to guess.", err=True)
-    try:
-        get_store().accounts.create_user(username, hash_password(password), role)
-    except Conflict as exc:
-        raise click.ClickException(exc.detail) from None
-    click.echo(f"Created {role} {username!r}.")
+    return password
 
 
 @click.command("purge")

@@ -29,6 +29,17 @@ class ConfigError(ValueError):
     """A configuration queuelog cannot start with; its message names the setting."""
 
 
+# Settings that are whole numbers, with the range each must fall in.
+WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
+    "MAX_PAYLOAD_BYTES": (1, 2**31 - 1),
+    "MAX_CONTENT_LENGTH": (1, 2**40),
+    "MAX_ERROR_BYTES": (1, 2**31 - 1),
+    "LEASE_SECONDS": (1, 43_200),           # the range a claim's lease_seconds has
+    "DEFAULT_MAX_RETRIES": (0, 25),         # the range a request's max_retries has
+    "COUNT_CAP": (1, 10**9),
+}
+
+
 def load(app: Flask, test_config: dict[str, Any] | None) -> None:
     """Fill ``app.config`` in order: defaults, instance config, environment, test config."""
     app.config.from_mapping(DEFAULTS)
@@ -70,9 +81,14 @@ def check(config: Any) -> None:
     for name, opts in types.items():
         if not isinstance(opts, dict) or set(opts) - allowed:
             raise ConfigError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
-    for key in ("MAX_PAYLOAD_BYTES", "MAX_CONTENT_LENGTH", "MAX_ERROR_BYTES", "LEASE_SECONDS"):
-        if not isinstance(config[key], int) or config[key] <= 0:
-            raise ConfigError(f"{key} must be a positive integer")
+    for key, (lo, hi) in WHOLE_NUMBERS.items():
+        value = config[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+            raise ConfigError(f"{key} must be a whole number from {lo} to {hi}, not {value!r}")
+    seconds = config["AUTH_CACHE_SECONDS"]
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not 0 <= seconds <= 3600:
+        raise ConfigError(f"AUTH_CACHE_SECONDS must be a number from 0 to 3600, not {seconds!r}")
     # Per-type options: (accepted types, lowest, highest); checked here so that a typo in
     # the config stops start-up instead of turning every enqueue of that type into a 500.
     limits = {"lease_seconds": ((int, float), 1, 43_200), "max_retries": ((int,), 0, 25),

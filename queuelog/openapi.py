@@ -10,8 +10,8 @@ from typing import Any, Mapping
 from .api.producer import MAX_DELAY_SECONDS
 from .api.worker import MAX_LEASE, MAX_WAIT
 from .jobs import Outcome, Priority, Status
+from .validation import MAX_JOB_ID
 
-MAX_ID = 9_223_372_036_854_775_807          # the route converter's max
 MAX_ATTEMPT = 2**31 - 1
 PRIORITIES = [p.label for p in Priority]
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
@@ -93,7 +93,7 @@ def _schemas(job_types: list[str]) -> JSON:
         "error": admin_only,
     }
     job_props = {
-        "id": _int(1, MAX_ID), "type": {"type": "string"},
+        "id": _int(1, MAX_JOB_ID), "type": {"type": "string"},
         "payload": {"type": "object"},
         "priority": {"type": "string", "enum": PRIORITIES},
         "status": {"type": "string", "enum": [s.value for s in Status]},
@@ -205,7 +205,7 @@ def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
             "security": security, "responses": {**responses, **_problems(*codes)}, **extra}
 
 
-JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_ID)}
+JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JOB_ID)}
 WRITE = (400, 401, 403, 413, 415)
 JOB_VERB = (*WRITE, 404, 409, 422)
 WORKER = "the worker holding the job"

@@ -21,6 +21,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
+from .config import ConfigError
 from .jobs import Status
 from .store import Store
 
@@ -90,21 +91,29 @@ class Retention:
 
 
 def from_config(store: Store, config: Any) -> Retention:
-    """Build from config; raise ValueError at start-up on a bad duration."""
+    """Build from config; raise ConfigError at start-up on a bad duration or batch."""
     rules: dict[Status, int] = {}
     for key, status in RULES.items():
         raw = config.get(key)
         if raw is None or raw == "":
             continue
-        try:
-            rules[status] = parse_duration(raw)
-        except ValueError as exc:
-            raise ValueError(f"{key}: {exc}") from None
-    interval = config.get("RETENTION_INTERVAL_SECONDS", 60)
+        rules[status] = _duration(key, raw)
+    interval = _duration("RETENTION_INTERVAL_SECONDS", config.get("RETENTION_INTERVAL_SECONDS", 60))
     batch = config.get("RETENTION_BATCH", 500)
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError("RETENTION_BATCH must be a positive integer")
-    return Retention(store, rules, interval=parse_duration(interval), batch=batch)
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
+        raise ConfigError(f"RETENTION_BATCH must be a whole number from 1 to 100000, "
+                          f"not {batch!r}")
+    return Retention(store, rules, interval=interval, batch=batch)
+
+
+def _duration(key: str, raw: Any) -> int:
+    try:
+        seconds = parse_duration(raw)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if seconds < 1:
+        raise ConfigError(f"{key} must be at least one second, not {raw!r}")
+    return seconds
 
 
 def init_app(app: Flask) -> Retention:

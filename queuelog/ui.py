@@ -20,7 +20,7 @@ from .charts import minute_chart
 from .errors import JobNotFound, WrongState
 from .jobs import Job, Priority, Status, isoformat, to_datetime
 from .store import get_store
-from .validation import is_name
+from .validation import MAX_JOB_ID, is_name
 
 bp = Blueprint("ui", __name__, url_prefix="/ui")
 csrf = CSRFProtect()
@@ -29,7 +29,6 @@ PAGE_SIZE = 50
 SCHEDULED = "scheduled"  # a dashboard-only status: pending with a future run_at
 STATUS_CHOICES = ["pending", SCHEDULED, "running", "completed", "failed", "cancelled"]
 PRIORITY_CHOICES = [p.label for p in Priority]
-MAX_ID = 9223372036854775807
 HEADERS = {
     "Content-Security-Policy": "default-src 'self'; object-src 'none'; base-uri 'none'; "
                                "frame-ancestors 'none'; form-action 'self'",
@@ -74,7 +73,7 @@ def parse_id(raw: str | None, name: str = "id") -> int | None:
     if raw is None or raw == "":
         return None
     raw = raw.strip().lstrip("#")
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or not 0 < int(raw) <= MAX_ID:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 19 or not 0 < int(raw) <= MAX_JOB_ID:
         raise BadFilter(f"{name} must be a job id (a positive whole number).")
     return int(raw)
 
@@ -122,7 +121,7 @@ def jump() -> Any:
     return redirect(url_for(".job", job_id=job_id), 303)
 
 
-@bp.get(f"/jobs/<int(max={MAX_ID}):job_id>")
+@bp.get("/jobs/<job_id:job_id>")
 @require("viewer", "admin")
 def job(job_id: int) -> Any:
     """One job: details, times, payload, result, history; error and buttons for admins."""
@@ -133,14 +132,14 @@ def job(job_id: int) -> Any:
     return render_template("ui/job.html", job=found, now=get_store().clock())
 
 
-@bp.post(f"/jobs/<int(max={MAX_ID}):job_id>/retry")
+@bp.post("/jobs/<job_id:job_id>/retry")
 @require("admin")
 def retry(job_id: int) -> Any:
     """Admin: put a failed or cancelled job back in the queue."""
     return _act(job_id, "retry")
 
 
-@bp.post(f"/jobs/<int(max={MAX_ID}):job_id>/cancel")
+@bp.post("/jobs/<job_id:job_id>/cancel")
 @require("admin")
 def cancel(job_id: int) -> Any:
     """Admin: cancel a pending job."""

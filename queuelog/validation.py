@@ -4,17 +4,46 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from typing import Any, Iterable
 
 from flask import request
+from werkzeug.exceptions import RequestEntityTooLarge
+from werkzeug.routing import BaseConverter, ValidationError
 
 from .errors import MalformedRequest, UnsupportedMediaType, ValidationFailed
 from .jobs import from_datetime
 
 MAX_DEPTH = 64
+# RFC 3339 date-time (upper-case T and Z), the zone optional here only to name it when missing.
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?"
+                      r"(?P<zone>Z|[+-]\d{2}:\d{2})?", re.ASCII)
 # The latest instant that still formats as a 4-digit year after any UTC offset.
 _LATEST = from_datetime(dt.datetime(9999, 12, 30, tzinfo=dt.timezone.utc))
 _MISSING: Any = object()
+MAX_JOB_ID = 2**63 - 1  # BIGINT
+
+
+class JobIdConverter(BaseConverter):
+    """``<job_id:name>`` in a route: 1 to 19 ASCII digits, at most MAX_JOB_ID, else 404.
+
+    Werkzeug's ``int`` converter matches any run of Unicode digits and calls ``int()`` on
+    it, which raises past 4,300 digits (a 500 before authentication) and takes "３１４"
+    as 314.
+    """
+
+    regex = r"[0-9]{1,19}"
+
+    def to_python(self, value: str) -> int:
+        """The id; ValidationError (no match, so 404) above the largest BIGINT."""
+        number = int(value)
+        if number > MAX_JOB_ID:
+            raise ValidationError()
+        return number
+
+    def to_url(self, value: Any) -> str:
+        """The id as digits."""
+        return str(int(value))
 
 
 def _reject_constant(name: str) -> Any:
@@ -59,7 +88,14 @@ def _depth(value: Any) -> int:
 
 def json_body() -> dict[str, Any]:
     """The request's JSON object body; ``{}`` when there is no body at all."""
-    raw = request.get_data(cache=True)  # over MAX_CONTENT_LENGTH raises 413 here
+    raw = request.get_data(cache=True)  # over MAX_CONTENT_LENGTH raises 413 here...
+    limit = request.max_content_length
+    # ...unless the body came chunked, without a Content-Length: then Werkzeug stops
+    # reading at the limit and hands over the first MAX_CONTENT_LENGTH bytes, as if that
+    # were the whole body. One more byte from the server's stream tells the two apart.
+    if request.content_length is None and limit is not None and len(raw) >= limit \
+            and request.environ["wsgi.input"].read(1):
+        raise RequestEntityTooLarge()
     if not raw:
         return {}
     if not request.is_json:
@@ -182,19 +218,24 @@ class Fields:
         return value
 
     def timestamp(self, name: str) -> int | None:
-        """An ISO 8601 timestamp with a time zone, as epoch microseconds."""
+        """An RFC 3339 timestamp with a time zone (Z or an offset), as epoch microseconds."""
         value = self.string(name, max_len=64, default=None)
         if value is None:
             return None
-        try:
-            # Python 3.10's fromisoformat does not take a trailing "Z" (3.11's does).
-            parsed = dt.datetime.fromisoformat(
-                value[:-1] + "+00:00" if value[-1:] in ("Z", "z") else value)
-        except ValueError:
-            self.error(name, "Must be an ISO 8601 timestamp.")
-            return None
-        if parsed.tzinfo is None:
+        shape = _RFC3339.fullmatch(value)
+        if shape is not None and not shape.group("zone"):
             self.error(name, "Must carry a time zone offset or Z.")
+            return None
+        try:
+            if shape is None:
+                # fromisoformat alone takes far more than RFC 3339 (week dates, a space,
+                # a trailing NUL on some versions); the published schema promises only it.
+                raise ValueError(value)
+            # Python 3.10's fromisoformat does not take a trailing "Z" (3.11's does).
+            parsed = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] == "Z"
+                                               else value)
+        except ValueError:
+            self.error(name, "Must be an RFC 3339 timestamp, e.g. 2030-01-02T03:04:05Z.")
             return None
         us = from_datetime(parsed)
         if not 0 <= us <= _LATEST:

@@ -174,3 +174,45 @@ def test_first_admin_is_printed_by_init_db_not_by_other_commands(tmp_path):
     first = run("init-db").stderr
     assert "created user 'admin' with password: " in first
     assert "password" not in run("init-db").stderr  # shown once only
+
+
+def test_users_list_delete_and_set_password(runner, client, store, monkeypatch):
+    """People can be listed, locked out and given a new password from the command line."""
+    from queuelog import auth
+    now = [1000.0]  # the password cache's clock
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    ttl = client.application.config["AUTH_CACHE_SECONDS"] + 0.01
+    for name, role in (("vera", "viewer"), ("olga", "admin")):
+        assert runner.invoke(args=["users", "create", name, "--role", role, "--password-stdin"],
+                             input="first password\n").exit_code == 0
+    listed = runner.invoke(args=["users", "list"])
+    assert listed.exit_code == 0
+    assert [line.split() for line in listed.output.splitlines()[1:]] == [
+        ["olga", "admin"], ["vera", "viewer"]]
+    assert "pbkdf2" not in listed.output and "scrypt" not in listed.output  # no hashes
+
+    def status(name: str, password: str) -> int:
+        raw = base64.b64encode(f"{name}:{password}".encode()).decode()
+        return client.get("/jobs", headers={"Authorization": f"Basic {raw}"}).status_code
+
+    assert status("vera", "first password") == 200
+    changed = runner.invoke(args=["users", "set-password", "vera", "--password-stdin"],
+                            input="second password\n")
+    assert changed.exit_code == 0, changed.output
+    now[0] += ttl  # past AUTH_CACHE_SECONDS: the cached check of the old password ends
+    assert status("vera", "first password") == 401
+    assert status("vera", "second password") == 200
+
+    assert status("olga", "first password") == 200
+    assert runner.invoke(args=["users", "delete", "olga"]).exit_code == 0
+    now[0] += ttl
+    assert status("olga", "first password") == 401
+    assert store.accounts.user("olga") is None
+    for args in (["users", "delete", "olga"], ["users", "delete", "nobody"]):
+        assert runner.invoke(args=args).exit_code != 0, args
+    missing = runner.invoke(args=["users", "set-password", "nobody", "--password-stdin"],
+                            input="x password\n")
+    assert missing.exit_code != 0 and "No user named 'nobody'" in missing.output
+    empty = runner.invoke(args=["users", "set-password", "vera", "--password-stdin"], input="\n")
+    assert empty.exit_code != 0
+    assert status("vera", "second password") == 200

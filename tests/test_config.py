@@ -42,7 +42,15 @@ def test_good_per_type_options_are_used(tmp_path):
 
 @pytest.mark.parametrize("setting, value, message", [
     ("JOB_TYPES", "{}", "configuration: JOB_TYPES must be a non-empty mapping"),
-    ("LEASE_SECONDS", "soon", "configuration: LEASE_SECONDS must be a positive integer"),
+    ("LEASE_SECONDS", "soon", "configuration: LEASE_SECONDS must be a whole number from 1"),
+    ("DEFAULT_MAX_RETRIES", "-1", "DEFAULT_MAX_RETRIES must be a whole number from 0 to 25"),
+    ("DEFAULT_MAX_RETRIES", "100", "DEFAULT_MAX_RETRIES must be a whole number from 0 to 25"),
+    ("COUNT_CAP", "0", "COUNT_CAP must be a whole number from 1"),
+    ("AUTH_CACHE_SECONDS", "-1", "AUTH_CACHE_SECONDS must be a number from 0 to 3600"),
+    ("RETENTION_COMPLETED", "7x", "RETENTION_COMPLETED: '7x' is not a duration"),
+    ("RETENTION_BATCH", "0", "RETENTION_BATCH must be a whole number from 1"),
+    ("RETENTION_INTERVAL_SECONDS", "-1", "RETENTION_INTERVAL_SECONDS: -1 is not a duration"),
+    ("RETENTION_INTERVAL_SECONDS", "0", "RETENTION_INTERVAL_SECONDS must be at least one second"),
     ("SQLITE_SYNCHRONOUS", "fast", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
     ("DATABASE_URL", "not a url", "not an SQLAlchemy URL"),
     ("DATABASE_URL", "postgres://ops:hunter2@db/q", "write postgresql+psycopg://"),

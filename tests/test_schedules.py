@@ -83,6 +83,13 @@ def test_a_scheduled_job_does_not_block_a_due_one_behind_it(client, producer, wo
     ({"run_at": "2026-06-01T12:00:00"}, "run_at"),           # no time zone
     ({"run_at": "tomorrow"}, "run_at"),
     ({"run_at": "2026-13-01T00:00:00Z"}, "run_at"),
+    # Beyond RFC 3339, though Python's fromisoformat takes each of them:
+    ({"run_at": "2030-01-01T00:00:00Z\u0000"}, "run_at"),   # a trailing NUL (3.11)
+    ({"run_at": "2030-01-01 00:00:00Z"}, "run_at"),          # a space for the T
+    ({"run_at": "20300101T000000Z"}, "run_at"),              # the basic format
+    ({"run_at": "2030-W01-1T00:00Z"}, "run_at"),             # a week date
+    ({"run_at": "2030-01-01T00Z"}, "run_at"),                # hours alone
+    ({"run_at": "２０３０-01-01T00:00:00Z"}, "run_at"),       # non-ASCII digits
     ({"run_at": 1780000000}, "run_at"),
     ({"delay_seconds": -1}, "delay_seconds"),
     ({"delay_seconds": 366 * 86_400 + 1}, "delay_seconds"),

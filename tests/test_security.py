@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import io
 import json
 import pathlib
 import sqlite3
@@ -48,7 +49,7 @@ def _concrete_urls(app: Any) -> list[tuple[str, str, str]]:
         path = rule.rule
         for arg in rule.arguments:
             path = path.replace(f"<{arg}>", "1")
-            for conv in ("int", "int(max=9223372036854775807)", "path", "string"):
+            for conv in ("int", "job_id", "path", "string"):
                 path = path.replace(f"<{conv}:{arg}>", "1")
         for method in sorted(rule.methods - {"HEAD", "OPTIONS"}):
             out.append((rule.endpoint, method, path))
@@ -335,6 +336,25 @@ def test_v07_body_over_max_content_length_is_413(client, producer, worker, store
     assert count_jobs(store) == 0
 
 
+def test_v07_a_chunked_body_over_max_content_length_is_413_not_cut(client, producer, store):
+    """V-07: without Content-Length (chunked), the limit holds too: 413, not a cut-off body."""
+    limit = client.application.config["MAX_CONTENT_LENGTH"]
+    chunked = {"Transfer-Encoding": "chunked", "Content-Type": "application/json", **producer}
+
+    def post(body: bytes) -> Any:
+        # What a WSGI server that decodes chunked bodies hands the app (gunicorn, werkzeug).
+        return client.post("/jobs", input_stream=io.BytesIO(body), headers=chunked,
+                           environ_overrides={"wsgi.input_terminated": True})
+
+    head = b'{"type": "email", "payload": {"k": 1}}'
+    problem(post(head + b" " * limit), 413)   # the first MAX_CONTENT_LENGTH bytes parse
+    problem(post(b'{"type": "email", "payload": {"a": "' + b"x" * limit + b'"}}'), 413)
+    assert count_jobs(store) == 0
+    exactly = post(head + b" " * (limit - len(head)))  # at the limit, not over it
+    assert exactly.status_code == 201, exactly.json
+    assert post(head).status_code == 201
+
+
 # -- V-08: SQL injection -----------------------------------------------------------------------
 
 def test_v08_sql_looking_input_is_data(client, producer, admin, store):
@@ -601,3 +621,25 @@ def test_v01_unknown_paths_methods_and_options_need_credentials_first(client, ad
     assert client.options("/healthz").status_code == 200
     assert client.post("/healthz").status_code == 405  # public, like GET /healthz
     assert client.get("/static/nothing.css").status_code == 404  # static files need none
+
+
+def test_v01_a_job_id_of_any_length_or_script_is_401_then_404(client, admin, make_user):
+    """Job ids in paths are 1 to 19 ASCII digits; anything else is 401, then 404, never 500."""
+    viewer = make_user("vera", "admin")
+    huge = "9" * 4301  # past int()'s 4,300-digit limit
+    ids = (huge, str(2**63), "３１４", "٣١٤", "1e3", "-1")
+    routes = [("GET", "/jobs/{}"), ("POST", "/jobs/{}/cancel"), ("POST", "/jobs/{}/retry"),
+              ("POST", "/jobs/{}/heartbeat"), ("POST", "/jobs/{}/complete"),
+              ("POST", "/jobs/{}/fail"), ("GET", "/ui/jobs/{}"), ("POST", "/ui/jobs/{}/retry"),
+              ("POST", "/ui/jobs/{}/cancel")]
+    for method, route in routes:
+        for job_id in ids:
+            path = route.format(job_id)
+            assert client.open(path, method=method).status_code == 401, (method, path[:40])
+            headers = viewer if "/ui/" in route else admin
+            got = client.open(path, method=method, headers=headers)
+            assert got.status_code == 404, (method, path[:40], got.status_code)
+        # the largest id there can be is a well-formed id: no such job
+        largest = client.open(route.format(2**63 - 1), method=method,
+                              headers=viewer if "/ui/" in route else admin)
+        assert largest.status_code in (404, 400, 403, 409), (method, route)

@@ -13,7 +13,7 @@ from . import job_json, notify
 bp = Blueprint("admin", __name__)
 
 
-@bp.post("/jobs/<int(max=9223372036854775807):job_id>/retry")
+@bp.post("/jobs/<job_id:job_id>/retry")
 @require("admin", write=True)
 def retry(job_id: int) -> Any:
     """Failed or cancelled back to pending, with fresh retries; history kept."""

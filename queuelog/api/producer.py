@@ -35,7 +35,7 @@ def enqueue() -> Any:
                        "Location": url_for("read.get_job", job_id=job.id)}
 
 
-@bp.post("/jobs/<int(max=9223372036854775807):job_id>/cancel")
+@bp.post("/jobs/<job_id:job_id>/cancel")
 @require("producer", "admin", write=True)
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""

@@ -41,7 +41,7 @@ def list_jobs() -> Any:
             "next_cursor": None if page.older is None else encode_cursor(page.older)}
 
 
-@bp.get("/jobs/<int(max=9223372036854775807):job_id>")
+@bp.get("/jobs/<job_id:job_id>")
 @require(*READERS)
 def get_job(job_id: int) -> Any:
     """One job with its attempt history (404 when not visible to the caller)."""

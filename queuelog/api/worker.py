@@ -21,7 +21,7 @@ bp = Blueprint("worker", __name__)
 
 MAX_WAIT = 30.0
 MAX_LEASE = 43_200
-JOB_ID = "<int(max=9223372036854775807):job_id>"
+JOB_ID = "<job_id:job_id>"
 
 
 @bp.post("/jobs/claim")

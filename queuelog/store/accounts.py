@@ -7,7 +7,7 @@ import json
 import secrets
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, insert, select, update
+from sqlalchemy import Engine, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
@@ -52,7 +52,7 @@ class User:
 
 
 class Accounts:
-    """Create, find and revoke API keys; create and find users."""
+    """Create, find and revoke API keys; create, find, change and remove users."""
 
     def __init__(self, engine: Engine, clock: Clock = system_clock) -> None:
         self.engine = engine
@@ -132,6 +132,23 @@ class Accounts:
         except IntegrityError:
             return False
         return True
+
+    def list_users(self) -> list[User]:
+        """Every user, by name (with password hashes: for the command line, never the web)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(users).order_by(users.c.username)).all()
+        return [User(r.username, r.role, r.password_hash) for r in rows]
+
+    def delete_user(self, username: str) -> bool:
+        """Remove a person; False if there is none of that name."""
+        with self._write.begin() as conn:
+            return conn.execute(delete(users).where(users.c.username == username)).rowcount > 0
+
+    def set_password(self, username: str, password_hash: str) -> bool:
+        """Replace a person's password; False if there is none of that name."""
+        with self._write.begin() as conn:
+            return conn.execute(update(users).where(users.c.username == username)
+                                .values(password_hash=password_hash)).rowcount > 0
 
     def user(self, username: str) -> User | None:
         """The user of this name, or None."""
