@@ -50,21 +50,49 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _finite_float(literal: str) -> float:
+class _OutOfRange:
+    """Stands in for a JSON number Python cannot hold: well-formed JSON, so a 422, not a 400."""
+
+    __slots__ = ()
+
+
+OUT_OF_RANGE: Any = _OutOfRange()
+
+
+def _finite_float(literal: str) -> Any:
     # 1e400 is valid JSON syntax but no double: it would be stored as "Infinity".
     value = float(literal)
-    if not math.isfinite(value):
-        raise ValueError(f"number {literal[:32]} is out of range")
-    return value
+    return value if math.isfinite(value) else OUT_OF_RANGE
+
+
+def _int(literal: str) -> Any:
+    try:
+        return int(literal)
+    except ValueError:  # more digits than int() converts (sys.get_int_max_str_digits)
+        return OUT_OF_RANGE
+
+
+def _holds_out_of_range(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node is OUT_OF_RANGE:
+            return True
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return False
 
 
 def parse_json(raw: bytes) -> Any:
     """Decode strict RFC 8259 JSON: no NaN/Infinity, valid UTF-8, no lone surrogates."""
     try:
         text = raw.decode("utf-8")
-        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                           parse_int=_int)
         # Lone surrogates ("\ud800") decode in Python but cannot be stored as UTF-8.
-        json.dumps(value, ensure_ascii=False).encode("utf-8")
+        json.dumps(value, ensure_ascii=False, default=lambda _: None).encode("utf-8")
     except RecursionError:
         raise MalformedRequest(f"JSON nests deeper than {MAX_DEPTH} levels.") from None
     except (UnicodeError, ValueError) as exc:
@@ -103,6 +131,12 @@ def json_body() -> dict[str, Any]:
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise MalformedRequest("The body must be a JSON object.")
+    errors = [{"field": name, "detail": "Holds a number out of range (no double or integer "
+                                        "can hold it)."}
+              for name, value in body.items() if _holds_out_of_range(value)]
+    if errors:
+        raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in errors),
+                               errors=errors)
     return body
 
 
