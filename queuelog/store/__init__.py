@@ -10,7 +10,6 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ..config import ConfigError
-
 from .accounts import Accounts, ApiKey, User, hash_token
 from .engine import create_schema, make_engine, system_clock
 from .queue import NewJob, Queue
