@@ -241,3 +241,24 @@ def test_no_csp_violation_or_console_error_on_any_page(live: Live, open_as: Any,
     target = os.environ.get("QUEUELOG_DOCS_SCREENSHOT")
     if target:
         shutil.copyfile(tmp_path / "dashboard.png", target)
+
+
+def test_auto_refresh_waits_while_someone_types(live: Live, open_as: Any,
+                                                problems: list[str]) -> None:
+    """The page reloads every 10 s when asked, but never under a half-typed job id."""
+    page = open_as(ADMIN)
+    page.clock.install()  # page timers run on a clock the test moves: no sleeping
+    page.goto(live.base + "/ui/")
+    page.locator("#autorefresh").check()
+    page.evaluate("window.__before_reload = true")
+    box = page.locator("input[name=id]")
+    box.fill("4")  # focused and half-typed
+    page.clock.run_for(25_000)
+    assert page.evaluate("window.__before_reload === true")  # no reload
+    assert box.input_value() == "4"
+    page.locator("h2").first.click()  # focus leaves the box
+    with page.expect_navigation():
+        page.clock.run_for(11_000)
+    assert page.evaluate("window.__before_reload === undefined")  # reloaded
+    page.locator("#autorefresh").uncheck()  # the choice persists: leave it off
+    assert problems == []

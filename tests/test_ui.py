@@ -302,6 +302,24 @@ def test_counts_show_every_status_and_stop_at_the_cap(client: Any, store: Store,
     assert re.search(r"scheduled</span>\s*<strong>1</strong>", html)
 
 
+def test_the_jobs_page_names_its_parts_for_screen_readers_and_keyboards(
+        client: Any, seeded: dict[str, int], viewer: dict[str, str]) -> None:
+    """One heading, a named table, the active filter marked, one Tab stop per job."""
+    html = client.get("/ui/?status=scheduled", headers=viewer).text
+    assert re.search(r'<h1 class="sr-only">Scheduled jobs</h1>', html)
+    assert '<caption class="sr-only">Jobs, newest first</caption>' in html
+    current = re.findall(r'<a class="count st-(\w+)[^"]*" aria-current="page"', html)
+    assert current == ["scheduled"]
+    assert re.search(r"scheduled</span>\s*<strong>1</strong><span class=\"of\"> of pending",
+                     html)
+    # the scheduled mark sits in the status cell, which phones still show
+    assert re.search(r'badge st-pending[^<]*</span> <span class="tag st-scheduled">', html)
+    row_links = re.findall(r'<td><a href="/ui/jobs/\d+"( tabindex="-1")?>', html)
+    assert row_links == ["", ' tabindex="-1"']  # the id is a stop, the type is not
+    bad = client.get("/ui/jump?id=abc", headers=viewer, follow_redirects=True).text
+    assert re.search(r'class="flash flash-error" role="alert"', bad)
+
+
 def test_scheduled_filter_lists_future_pending_jobs(client: Any, store: Store, clock: Any,
                                                     seeded: dict[str, int],
                                                     viewer: dict[str, str]) -> None:
