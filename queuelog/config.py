@@ -82,27 +82,28 @@ def check(config: Any) -> None:
         if not isinstance(opts, dict) or set(opts) - allowed:
             raise ConfigError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
     for key, (lo, hi) in WHOLE_NUMBERS.items():
-        value = config[key]
-        if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-            raise ConfigError(f"{key} must be a whole number from {lo} to {hi}, not {value!r}")
-    seconds = config["AUTH_CACHE_SECONDS"]
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-            or not 0 <= seconds <= 3600:
-        raise ConfigError(f"AUTH_CACHE_SECONDS must be a number from 0 to 3600, not {seconds!r}")
-    # Per-type options: (accepted types, lowest, highest); checked here so that a typo in
+        require_number(key, config[key], lo, hi)
+    require_number("AUTH_CACHE_SECONDS", config["AUTH_CACHE_SECONDS"], 0, 3600, whole=False)
+    # Per-type options: (whole numbers only, lowest, highest); checked here so that a typo in
     # the config stops start-up instead of turning every enqueue of that type into a 500.
-    limits = {"lease_seconds": ((int, float), 1, 43_200), "max_retries": ((int,), 0, 25),
-              "max_payload_bytes": ((int,), 1, 2**31 - 1)}
+    limits = {"lease_seconds": (False, 1, 43_200), "max_retries": (True, 0, 25),
+              "max_payload_bytes": (True, 1, 2**31 - 1)}
     for name, opts in types.items():
         if not is_name(name):
             raise ConfigError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
         for option, value in opts.items():
-            kinds, lo, hi = limits[option]
-            if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
-                raise ConfigError(f"JOB_TYPES[{name!r}][{option!r}] must be a number "
-                                 f"from {lo} to {hi}")
+            whole, lo, hi = limits[option]
+            require_number(f"JOB_TYPES[{name!r}][{option!r}]", value, lo, hi, whole=whole)
     # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
     base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \
             or not 0 < base <= cap:
         raise ConfigError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")
+
+
+def require_number(name: str, value: Any, lo: float, hi: float, *, whole: bool = True) -> None:
+    """ConfigError unless ``value`` is a number (a whole one if ``whole``) in [lo, hi]."""
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(f"{name} must be {kind} from {lo} to {hi}, not {value!r}")

@@ -21,7 +21,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
-from .config import ConfigError
+from .config import ConfigError, require_number
 from .jobs import Status
 from .store import Store
 
@@ -100,9 +100,7 @@ def from_config(store: Store, config: Any) -> Retention:
         rules[status] = _duration(key, raw)
     interval = _duration("RETENTION_INTERVAL_SECONDS", config.get("RETENTION_INTERVAL_SECONDS", 60))
     batch = config.get("RETENTION_BATCH", 500)
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 100_000:
-        raise ConfigError(f"RETENTION_BATCH must be a whole number from 1 to 100000, "
-                          f"not {batch!r}")
+    require_number("RETENTION_BATCH", batch, 1, 100_000)
     return Retention(store, rules, interval=interval, batch=batch)
 
 
