@@ -71,7 +71,7 @@ def test_claim_types_must_be_within_the_keys_types(client, producer, make_key):
 
 @SQLITE_ONLY
 @pytest.mark.parametrize("body, field", [
-    ({"types": ["fax"]}, "types"),
+    ({"types": ["fax"]}, "types[0]"),
     ({"types": []}, "types"),
     ({"types": "email"}, "types"),
     ({"wait": 31}, "wait"),
