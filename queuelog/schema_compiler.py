@@ -252,18 +252,28 @@ class _Compiler:
         if "not" not in schema:
             return None
         inner = schema["not"]
-        if set(inner) != {"required"}:
-            raise SchemaError("'not' is supported only as {'required': [...]} "
-                              "(fields that may not be given together)")
+        kinds = {name: [t] if isinstance(t, str) else list(t)
+                 for name, sub in inner.get("properties", {}).items()
+                 for t in [sub.get("type")]}
+        if "required" not in inner or set(inner) - {"required", "properties"} or any(
+                set(sub) != {"type"} for sub in inner.get("properties", {}).values()):
+            raise SchemaError("'not' is supported only as {'required': [...]} with optional "
+                              "'properties' of a 'type' each (fields not given together)")
         together = tuple(inner["required"])
         detail = f"Give {' or '.join(together)}, not both." if len(together) == 2 else \
             f"Give at most one of {', '.join(together)}."
 
         def check(value: Any, path: str, errors: Errors) -> Any:
-            if isinstance(value, dict) and all(name in value for name in together):
+            def present(name: str) -> bool:
+                return name in value and any(_is_type(value[name], t)
+                                             for t in kinds.get(name, _ANY))
+            if isinstance(value, dict) and all(present(name) for name in together):
                 errors.append({"field": path_of(path, together[-1]), "detail": detail})
             return value
         return check
+
+
+_ANY = ("integer", "number", "string", "boolean", "object", "array", "null")
 
 
 def _holds(value: Any, marker: Any) -> bool:

@@ -10,7 +10,8 @@ To add a body:
 1. Write ``def _my_body(config) -> JSON`` below with the keywords ``schema_compiler``
    supports (``type``, ``properties``, ``required``, ``additionalProperties``, ``items``,
    ``minItems``/``maxItems``, ``minimum``/``maximum``, ``minLength``/``maxLength``, ``enum``,
-   ``pattern``, ``format: date-time``, ``not: {required: [a, b]}``); anything else is refused
+   ``pattern``, ``format: date-time``, ``not: {required: [a, b]}`` with optional
+   ``properties`` of a ``type`` each); anything else is refused
    at start-up. Optional fields take ``null`` for "left out" (``_optional``), except where
    the contract says otherwise (``payload``). Close objects (``_obj`` does) so an unknown
    field is a 422.
@@ -41,10 +42,11 @@ MAX_CLAIM_JOBS = 100
 MAX_CLAIM_TYPES = 100
 PRIORITIES = [p.label for p in Priority]
 PRINTABLE_ASCII = "^[ -~]*$"
-# RFC 3339 as the parser takes it (upper-case T and Z, no leap second), in the years the
-# store takes whole (it takes 1970-01-01 to 9999-12-30 UTC). The parser, not this pattern,
-# checks requests (it says which part is wrong); the document publishes the pattern.
-RUN_AT = (r"^(?:197[1-9]|19[89]\d|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])"
+# RFC 3339 as the parser takes it (upper-case T and Z, no leap second), written in the years
+# 1970 to 9998 (validation.YEARS). The parser, not this pattern, checks requests (it says
+# which part is wrong); the document publishes the pattern; tests/test_schemas.py checks
+# that the two agree.
+RUN_AT = (r"^(?:19[7-9]\d|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])"
           r"-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
 PATTERN_DETAILS = {PRINTABLE_ASCII: "Must be printable ASCII."}
 IGNORED = {"description": "Ignored: the worker is always the key's name (V-04)."}
@@ -96,7 +98,9 @@ def new_job(config: Mapping[str, Any]) -> JSON:
         "delay_seconds": _optional(_num(0, MAX_DELAY_SECONDS)),
         "idempotency_key": _optional({"type": "string", "minLength": 1, "maxLength": 255,
                                       "pattern": PRINTABLE_ASCII}),
-    }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"]}})
+    }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"], "properties": {
+        # Both given (not null, which is "left out") is refused.
+        "run_at": {"type": "string"}, "delay_seconds": {"type": "number"}}}})
 
 
 def _lease() -> JSON:

@@ -20,8 +20,9 @@ MAX_DEPTH = 64
 # RFC 3339 date-time (upper-case T and Z), the zone optional here only to name it when missing.
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?"
                       r"(?P<zone>Z|[+-]\d{2}:\d{2})?", re.ASCII)
-# The latest instant that still formats as a 4-digit year after any UTC offset.
-_LATEST = from_datetime(dt.datetime(9999, 12, 30, tzinfo=dt.timezone.utc))
+# The years a run_at may be written in: any instant of them, after any UTC offset, is stored
+# and formatted (4 digits) whole; one before now is stored as now (no backdating).
+YEARS = (1970, 9998)
 _MISSING: Any = object()
 
 
@@ -211,10 +212,9 @@ def _parse_timestamp(value: str) -> tuple[int | None, str | None]:
                                            else value)
     except ValueError:
         return None, "Must be an RFC 3339 timestamp, e.g. 2030-01-02T03:04:05Z."
-    us = from_datetime(parsed)
-    if not 0 <= us <= _LATEST:
-        return None, "Must be between 1970 and 9999."
-    return us, None
+    if not YEARS[0] <= parsed.year <= YEARS[1]:
+        return None, f"Must be in the years {YEARS[0]} to {YEARS[1]}."
+    return from_datetime(parsed), None
 
 
 def timestamp_detail(value: str) -> str | None:

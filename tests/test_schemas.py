@@ -55,6 +55,7 @@ SCALARS = st.one_of(
                      "caf\u00e9", "tab\there", "k" * 255, "k" * 256,
                      "2030-01-02T03:04:05Z", "2030-01-02T03:04:05", "2030-01-02T03:04:05+02:00",
                      "1969-12-31T23:59:59Z", "9999-12-31T00:00:00Z", "2030-02-30T00:00:00Z",
+                     "1970-01-01T00:00:00Z", "9998-12-31T23:59:59-14:00", "2030-01-02T24:00:00Z",
                      "2030-01-02t03:04:05z", "tomorrow"]),
     st.text(max_size=8))
 
@@ -78,7 +79,7 @@ def _valid(schema: dict[str, Any]) -> Any:
         return st.one_of(ends, st.floats(lo, hi), st.integers(int(lo), int(hi)))
     if kinds == "string":
         if schema.get("format") == "date-time":
-            return st.sampled_from(["2030-01-02T03:04:05Z", "1970-01-01T00:00:00Z",
+            return st.sampled_from(["2030-01-02T03:04:05Z", "1970-01-01T00:00:00+01:00",
                                     "2030-01-02T03:04:05.5+02:00", "9998-12-31T23:59:59Z"])
         alphabet = st.characters(min_codepoint=32, max_codepoint=126) \
             if "pattern" in schema else st.characters()
