@@ -37,6 +37,10 @@ _TYPE_DETAIL = {"integer": "Must be an integer.", "number": "Must be a number.",
                 "null": "Must be null."}
 
 
+# The types a parsed JSON value of each schema type has (json.loads makes no subclasses).
+_PLAIN = {"string": str, "boolean": bool, "object": dict, "array": list, "null": type(None)}
+
+
 class SchemaError(ValueError):
     """A declaration uses a keyword or shape this compiler does not implement."""
 
@@ -125,13 +129,19 @@ class _Compiler:
 
     def _types(self, names: list[str]) -> Check:
         detail = _TYPE_DETAIL[next((n for n in names if n != "null"), "null")]
-        integer = "integer" in names
+        for name in names:
+            _is_type(None, name)  # SchemaError for a type name JSON Schema does not have
+        plain = tuple(_PLAIN[n] for n in names if n in _PLAIN)
+        integer, number = "integer" in names, "number" in names
 
         def check(value: Any, path: str, errors: Errors) -> Any:
-            if not any(_is_type(value, n) for n in names):
-                errors.append({"field": path, "detail": detail})
-            elif integer and isinstance(value, float):
+            kind = type(value)  # exact: a bool is no integer, though a subclass of int
+            if kind in plain or (number and (kind is int or kind is float
+                                             and math.isfinite(value))):
+                return value
+            if integer and (kind is int or kind is float and value.is_integer()):
                 return int(value)  # JSON has one number type: 3.0 is the integer 3
+            errors.append({"field": path, "detail": detail})
             return value
         return check
 
