@@ -8,9 +8,8 @@ import pytest
 
 
 from queuelog.auth import Principal
-from helpers import basic, quick_hash
+from helpers import SQLITE_ONLY, basic, quick_hash
 
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # request parsing only
 
 # (method, path, body, roles that may call it)
 ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
@@ -27,8 +26,6 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("GET", "/openapi.json", None, {"producer", "worker", "viewer", "admin", "admin-user",
                                     "metrics"}),
 ]
-
-
 
 
 def assert_401(resp: Any) -> None:
