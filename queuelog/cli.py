@@ -76,10 +76,13 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
 def keys_list() -> None:
     """List keys without their secrets."""
     rows = get_store().accounts.list_keys()
+    people = {u.username for u in get_store().accounts.list_users()}
     click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
                f"{'CREATED':<28} STATUS")
     for k in rows:
         status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
+        if k.revoked_at is None and k.name in people:  # one name space: the key is refused
+            status = "refused: a user has this name; revoke it, create it under another"
         click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
                    f"{_priority_column(k.role, k.max_priority):<13} "
                    f"{isoformat(k.created_at):<28} {status}")
