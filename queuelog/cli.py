@@ -1,4 +1,12 @@
-"""The ``queuelog`` command line: a Flask command group bound to the app."""
+"""The ``queuelog`` command line: queuelog's own command group, bound to the app on demand.
+
+Adding a command: decorate it with ``@main.command("name")`` (a group: ``@main.group("name",
+cls=AppGroup)``), or ``main.add_command(cmd)`` for one defined in another module. A command
+that needs the app (config, database) also takes ``@with_appcontext`` (an ``AppGroup`` gives
+it to its subcommands): the app is created only when such a command runs, so ``--help``,
+``--version`` and ``work`` create no file. ``init_app`` copies every command onto ``app.cli``,
+so ``flask --app app NAME`` and ``app.test_cli_runner()`` reach it too.
+"""
 from __future__ import annotations
 
 import sys
@@ -6,7 +14,7 @@ from typing import Any
 
 import click
 from flask import Flask
-from flask.cli import AppGroup, FlaskGroup, ScriptInfo, run_command, with_appcontext
+from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
 from . import retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
@@ -24,7 +32,38 @@ def parse_duration(text: str) -> int:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
 
 
-@click.command("init-db")
+def _create_app() -> Flask:
+    from . import create_app
+    from .config import ConfigError
+    try:
+        return create_app(serving=False)
+    except ConfigError as exc:  # one line that names the setting, not a traceback
+        raise click.ClickException(f"configuration: {exc}") from None
+
+
+class QueuelogGroup(click.Group):
+    """A plain click group whose context can load the app (``with_appcontext``) on demand.
+
+    Not Flask's ``FlaskGroup``: that one loads the app to list its commands (so ``--help``
+    made an instance folder, a secret key and a database) and adds ``routes``, ``shell``
+    and ``--env-file``, which are not queuelog's.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        """A context carrying the ``ScriptInfo`` that ``with_appcontext`` loads the app from."""
+        extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False))
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+@click.group("queuelog", cls=QueuelogGroup,
+             help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
+@click.version_option(package_name="queuelog", prog_name="queuelog")
+def main() -> None:
+    """The console script's entry point."""
+
+
+@main.command("init-db")
 @with_appcontext
 def init_db() -> None:
     """Create or upgrade the schema (also done on every start)."""
@@ -38,7 +77,7 @@ def init_db() -> None:
 
 # AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
 # FlaskGroup pushes the app context for plain click commands.
-@click.group("keys", cls=AppGroup)
+@main.group("keys", cls=AppGroup)
 def keys() -> None:
     """Create, list and revoke API keys."""
 
@@ -102,7 +141,7 @@ def keys_revoke(name: str) -> None:
     click.echo(f"Revoked key {name!r}.")
 
 
-@click.group("users", cls=AppGroup)
+@main.group("users", cls=AppGroup)
 def users() -> None:
     """Manage the people who sign in to the dashboard."""
 
@@ -168,7 +207,7 @@ def _read_password(from_stdin: bool) -> str:
     return password
 
 
-@click.command("purge")
+@main.command("purge")
 @click.option("--older-than", "older_than", required=True,
               help="Delete jobs finished longer ago than this (30m, 12h, 7d, 2w).")
 @click.option("--status", "statuses", multiple=True,
@@ -185,17 +224,9 @@ def purge(older_than: str, statuses: tuple[str, ...]) -> None:
 
 def init_app(app: Flask) -> None:
     """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
-    for command in (init_db, keys, users, purge):
-        app.cli.add_command(command)
-
-
-def _create_app() -> Flask:
-    from . import create_app
-    from .config import ConfigError
-    try:
-        return create_app(serving=False)
-    except ConfigError as exc:  # one line that names the setting, not a traceback
-        raise click.ClickException(f"configuration: {exc}") from None
+    for name, command in main.commands.items():
+        if name != "run":  # ``flask run`` stays Flask's; app.py creates the first admin
+            app.cli.add_command(command)
 
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
@@ -205,8 +236,5 @@ def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 
 
-main = FlaskGroup(name="queuelog", create_app=_create_app, add_version_option=False,
-                  help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
 main.add_command(click.Command("run", callback=_run_with_first_admin, params=run_command.params,
                                help=run_command.help, short_help=run_command.short_help))
-click.version_option(package_name="queuelog", prog_name="queuelog")(main)
