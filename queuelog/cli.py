@@ -27,13 +27,41 @@ def parse_duration(text: str) -> int:
 @click.command("init-db")
 @with_appcontext
 def init_db() -> None:
-    """Create or upgrade the schema (also done on every start)."""
+    """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
     from flask import current_app
 
     from . import bootstrap_admin
-    get_store().create_schema()
+    _upgrade()
     bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
-    click.echo("The database is ready (tables and indexes created or already present).")
+
+
+@click.group("db", cls=AppGroup)
+def db() -> None:
+    """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the schema to the newest revision (servers also do it when they start)."""
+    _upgrade()
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the database's schema revision."""
+    from .store import migrate
+    revision, newest = migrate.current(get_store().engine), migrate.head()
+    shown = revision or "none (an empty database, or one made before revisions)"
+    click.echo(f"{shown} (head)" if revision == newest else f"{shown} (head is {newest})")
+
+
+def _upgrade() -> None:
+    from .store import migrate
+    before, after = migrate.upgrade(get_store().engine)
+    if before == after:
+        click.echo(f"The database is ready: already at {after} (the newest revision).")
+    else:
+        click.echo(f"The database is ready: upgraded from {before or 'no revision'} to {after}.")
 
 
 # AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
@@ -182,7 +210,7 @@ def purge(older_than: str, statuses: tuple[str, ...]) -> None:
 
 def init_app(app: Flask) -> None:
     """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
-    for command in (init_db, keys, users, purge):
+    for command in (init_db, db, keys, users, purge):
         app.cli.add_command(command)
 
 
