@@ -17,7 +17,7 @@ from .validation import is_name
 
 
 def parse_duration(text: str) -> int:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
+    """``30s``, ``15min``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
     try:
         return retention.parse_duration(text)
     except ValueError as exc:
@@ -195,15 +195,21 @@ def _read_password(from_stdin: bool) -> str:
 
 @click.command("purge")
 @click.option("--older-than", "older_than", required=True,
-              help="Delete jobs finished longer ago than this (30m, 12h, 7d, 2w).")
+              help="Delete jobs finished longer ago than this: 30s, 15min, 12h, 7d, 2w "
+                   "(m alone is refused: minutes or months?).")
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in FINISHED]),
               help="Only these finished statuses (repeatable); default all finished.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @with_appcontext
-def purge(older_than: str, statuses: tuple[str, ...]) -> None:
+def purge(older_than: str, statuses: tuple[str, ...], dry_run: bool) -> None:
     """Delete finished jobs past retention, with their history, in small batches."""
     seconds = parse_duration(older_than)
     chosen = [Status(s) for s in statuses] or list(FINISHED)
+    if dry_run:
+        count = get_store().count_purgeable(seconds * 1_000_000, chosen)
+        click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
+        return
     deleted = get_store().purge(seconds * 1_000_000, chosen)
     click.echo(f"Deleted {deleted} job(s).")
 
