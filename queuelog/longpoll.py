@@ -67,6 +67,8 @@ class LongPolls:
         self.slots = slots
         self._free = threading.BoundedSemaphore(slots) if slots > 0 else None
         self.stopping = False
+        self.waiting = 0            # polls holding a slot now (tests, metrics)
+        self._count_lock = threading.Lock()
         self._watcher_pid: int | None = None
         self._watcher_lock = threading.Lock()
 
@@ -86,10 +88,14 @@ class LongPolls:
         # can never take every thread (and the dashboard or a complete with them).
         if self._free is None or not self._free.acquire(blocking=False):
             return Outcome(jobs, retry_after=BUSY_RETRY_AFTER)
+        with self._count_lock:
+            self.waiting += 1
         try:
             self._watch_for_shutdown()
             return self._wait(try_claim, time.monotonic() + wait, seen, still_allowed)
         finally:
+            with self._count_lock:
+                self.waiting -= 1
             self._free.release()
 
     def _wait(self, try_claim: Callable[[], Sequence[T]], deadline: float, seen: int,
