@@ -52,7 +52,8 @@ def _truncate_pg(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
         metadata.create_all(conn)
-        conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, users RESTART IDENTITY CASCADE"))
+        conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, users, audit_events, "
+                          "paused_types RESTART IDENTITY CASCADE"))
     engine.dispose()
 
 
