@@ -128,6 +128,21 @@ class Admin:
                 continue  # PostgreSQL: another admin paused it at the same instant; look again
 
     # -- bulk repair ---------------------------------------------------------------
+    def count_matching(self, status: Status, *, type: str | None = None,
+                       priority: int | None = None, cap: int | None = None) -> int:
+        """Jobs in ``status`` matching the filter: exactly, or up to ``cap`` + 1."""
+        cond = [status_is(status)]
+        if type is not None:
+            cond.append(jobs.c.type == type)
+        if priority is not None:
+            cond.append(jobs.c.priority == priority)
+        inner = select(literal_column("1")).select_from(jobs).where(*cond)
+        if cap is not None:
+            inner = inner.limit(cap + 1)
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(inner.subquery()))
+                       .scalar_one())
+
     def bulk_retry(self, actor: str | None, *, ids: Sequence[int] | None = None,
                    statuses: Sequence[Status] = (Status.FAILED, Status.CANCELLED),
                    type: str | None = None, priority: int | None = None,
