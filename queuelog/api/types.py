@@ -15,8 +15,10 @@ bp = Blueprint("types", __name__)
 
 def type_json(t: TypeSummary) -> dict[str, Any]:
     """A type as ``GET /types`` shows it; a count equal to ``count_cap`` means "at least"."""
-    return {"name": t.name, "paused": t.paused, "counts": t.counts,
-            "count_cap": current_app.config["COUNT_CAP"],
+    cap = current_app.config["COUNT_CAP"]
+    return {"name": t.name, "paused": t.paused,
+            "counts": {status: min(n, cap) for status, n in t.counts.items()},
+            "count_cap": cap,
             "oldest_pending_seconds": round(t.oldest_pending_us / 1_000_000, 3),
             "completed_last_hour": t.completed_last_hour,
             "failed_last_hour": t.failed_last_hour}

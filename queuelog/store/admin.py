@@ -34,7 +34,7 @@ class TypeSummary:
     paused: bool
     paused_at: int | None
     paused_by: str | None
-    counts: dict[str, int]            # per status, each at most the cap
+    counts: dict[str, int]            # per status, each at most the cap + 1
     oldest_pending_us: int            # age of the oldest due pending job, 0 when none
     completed_last_hour: int
     failed_last_hour: int             # failed attempts, lease expiries included
@@ -83,12 +83,12 @@ class Admin:
                     for r in conn.execute(select(paused_types)).all()}
 
     def type_summaries(self, types: Sequence[str], cap: int) -> list[TypeSummary]:
-        """A summary of each of ``types``; cheap at any table size (capped, index seeks)."""
+        """A summary of each of ``types``; counts stop at ``cap`` + 1 (read as "cap+")."""
         now = self.clock()
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
         with self.engine.connect() as conn:
             row = conn.execute(_summary_statement(len(types)),
-                               {**params, "cap": cap, "now": now}).one()._mapping
+                               {**params, "cap": cap + 1, "now": now}).one()._mapping
             hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()
             paused = {r.type: r for r in conn.execute(select(paused_types)).all()}
         done: dict[tuple[str, str], int] = {}
