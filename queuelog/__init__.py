@@ -39,8 +39,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     from . import longpoll
     longpoll.init_app(app)
 
-    from .api import admin, producer, read, worker
-    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp):
+    from .api import admin, audit, producer, read, types, worker
+    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
         app.register_blueprint(blueprint)
     from . import ui
     ui.init_app(app)
