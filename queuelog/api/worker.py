@@ -16,6 +16,7 @@ from ..sanitize import sanitize_error
 from ..store import get_store
 from ..validation import Fields, compact, json_body
 from . import job_json, wakeup
+from .disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
@@ -65,6 +66,8 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
         # Enqueues in this process wake us at once; those of other processes (or a
         # run_at coming due) are found by the next try, at most a second later.
         bell.wait_after(seen, min(pause, remaining))
+        if client_gone():
+            return None
         pause = min(pause * 2, 1.0)
 
 
