@@ -80,6 +80,7 @@ class Client:
                  transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
         self._closed = threading.Event()  # set by close(): retries stop waiting
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._http = httpx.Client(
             base_url=self.url + "/", timeout=timeout, transport=transport,
             headers={"Authorization": f"Bearer {token}", "User-Agent": "queuelog-client"})
@@ -127,7 +128,10 @@ class Client:
             body["max_jobs"] = max_jobs
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
-        timeout = httpx.Timeout(TIMEOUT.read + wait, connect=TIMEOUT.connect) if wait else None
+        read = (self._timeout.read or TIMEOUT.read) + wait
+        t = self._timeout
+        timeout = httpx.Timeout(connect=t.connect, read=read, write=t.write,
+                                pool=t.pool) if wait else None
         answer = self._request("POST", "jobs/claim", body, timeout=timeout)
         if max_jobs is not None:
             return list(answer["jobs"]) if answer else []

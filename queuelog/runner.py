@@ -209,9 +209,9 @@ class JobRun:
         try:
             proc = JobProcess(self.runner.command, self.job.get("payload"),
                               self.runner.child_env(self.job))
-        except OSError as exc:
-            self._answer("failed", lambda: self.client.fail(
-                self.job, f"cannot run {self.runner.command[0]}: {exc}"))
+        except OSError as exc:  # deleted or made unexecutable since the runner started
+            error = f"cannot run {self.runner.command[0]}: {exc}"
+            self._answer("failed", lambda: self.client.fail(self.job, error))
             return
         beat = threading.Thread(target=self._heartbeats, args=(proc,), daemon=True)
         beat.start()

@@ -18,11 +18,11 @@ import time
 from typing import Any, Callable, Iterator
 
 import pytest
-
-from conftest import BACKENDS, _truncate_pg
-from queuelog.client import Client
-from server_process import ROOT, Server, make_keys
 import server_process
+from conftest import BACKENDS, _truncate_pg
+from server_process import ROOT, Server, make_keys
+
+from queuelog.client import Client
 
 TYPES = [f"t{i}" for i in range(40)]
 _type_numbers = itertools.count()
@@ -326,7 +326,7 @@ sh -c 'cat /proc/$$/environ' > {dump}.child
     job = live.producer.enqueue(jtype, {}, priority="low")
     for how in ({"token": "", "env": {"QUEUELOG_TOKEN_FILE": str(token_file)}}, {}):
         w = work("--types", jtype, "--", handler, "arg", **how)
-        done = wait_for(lambda: finished(live, job["id"]), what="completion")
+        done = wait_for(lambda j=job: finished(live, j["id"]), what="completion")
         assert done["status"] == "completed"
         w.signal(signal.SIGTERM)
         assert w.wait() == 0
