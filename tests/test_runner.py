@@ -10,6 +10,7 @@ import http.server
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from conftest import BACKENDS, _truncate_pg
 from server_process import ROOT, Server, make_keys
 
 from queuelog.client import Client
+from queuelog.store import Store
 
 TYPES = [f"t{i}" for i in range(40)]
 _type_numbers = itertools.count()
@@ -49,7 +51,7 @@ class Live:
         self.tokens = {n: h["Authorization"].split()[1] for n, h in keys.items()}
         # Fast retries: a failed job comes back within a fraction of a second.
         self.server = Server(db_url, log_path, workers=2, threads=8, env={
-            "QUEUELOG_JOB_TYPES": json.dumps({t: {} for t in TYPES}),
+            "QUEUELOG_JOB_TYPES": json.dumps({t: {} for t in [*TYPES, "email"]}),
             "QUEUELOG_RETRY_BACKOFF_SECONDS": "0.1"}).start()
         self.producer = self.client("producer")
         self.admin = self.client("root")
@@ -62,6 +64,15 @@ class Live:
     def client(self, name: str) -> Client:
         """A client with the named key."""
         return Client(self.url, self.tokens[name])
+
+    def new_key(self, name: str, role: str, types: list[str] | None = None) -> str:
+        """A new key (a producer's: up to ``medium``, as by default); its token."""
+        store = Store(self.db_url)
+        try:
+            _, token = store.accounts.create_key(name, role, types=types, max_priority=10)
+            return token
+        finally:
+            store.close()
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
@@ -474,3 +485,104 @@ def test_a_long_poll_whose_client_left_claims_nothing(live, jtype):
     time.sleep(1.5)  # an open poll looks again within a second of an enqueue
     taken = live.client("other").claim([jtype])
     assert taken is not None and taken["id"] == job["id"] and taken["attempt"] == 1
+
+
+def readme_block(name: str) -> str:
+    """The code block between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in the README."""
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+        text = fh.read()
+    part = text[text.index(f"<!-- {name}:begin -->"):text.index(f"<!-- {name}:end -->")]
+    return part.split("\n", 2)[2].rsplit("```", 1)[0]
+
+
+def test_the_readme_shows_the_example_handler_as_it_is():
+    with open(os.path.join(ROOT, "examples", "check-url.sh"), encoding="utf-8") as fh:
+        assert readme_block("check-url") == fh.read()
+
+
+def test_the_example_handler_checks_urls(live, work, jtype):
+    ok = live.producer.enqueue(jtype, {"url": f"{live.url}/healthz"})
+    refused = live.producer.enqueue(jtype, {"url": f"{live.url}/jobs"}, max_retries=0)
+    work("--types", jtype, "--", os.path.join(ROOT, "examples", "check-url.sh"))
+    done = wait_for(lambda: finished(live, ok["id"]), what="the check")
+    assert done["status"] == "completed" and done["result"]["status"] == 200
+    assert done["result"]["bytes"] > 0 and done["result"]["seconds"] >= 0
+    failed = wait_for(lambda: finished(live, refused["id"]), what="the failed check")
+    assert failed["status"] == "failed" and failed["error"].startswith("exit status 22\n")
+    assert "401" in failed["error"] and f"job {refused['id']} (attempt 1)" in failed["error"]
+
+
+@pytest.mark.skipif(not shutil.which("jq"), reason="the README's bash worker needs jq")
+def test_the_readme_bash_worker_loop_works(live, jtype, tmp_path):
+    """The loop as the README shows it, with its 30 s heartbeat and 90 s lease made 1 s and 3 s."""
+    loop = readme_block("worker-loop")
+    assert loop.count("sleep 30") == 1 and loop.count('"lease_seconds": 90') == 1
+    (tmp_path / "worker.sh").write_text(
+        loop.replace("sleep 30", "sleep 1").replace('"lease_seconds": 90', '"lease_seconds": 3'))
+    handler = script(tmp_path, "handle.sh", """payload=$(cat)
+case "$payload" in
+  *slow*) sleep 5; echo '{"slept": true}' ;;
+  *bad*) echo "no such invoice, token=abc123" >&2; exit 3 ;;
+  *) printf '{"got": %s}\n' "$payload" ;;
+esac
+""")
+    token = live.new_key(f"bash-{jtype}", "worker", [jtype])
+    env = {**os.environ, "QUEUELOG_URL": live.url, "QUEUELOG_TOKEN": token}
+    proc = subprocess.Popen(["bash", str(tmp_path / "worker.sh"), handler], env=env,
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        good = live.producer.enqueue(jtype, {"n": 1})
+        assert wait_for(lambda: finished(live, good["id"]))["result"] == {"got": {"n": 1}}
+        bad = live.producer.enqueue(jtype, {"bad": 1}, max_retries=0)
+        failed = wait_for(lambda: finished(live, bad["id"]))
+        assert failed["status"] == "failed"
+        assert failed["error"] == "exit status 3\nno such invoice, token=[REDACTED]\n"
+        slow = live.producer.enqueue(jtype, {"slow": 1})
+        wait_for(lambda: live.admin.get(slow["id"])["status"] == "running")
+        other = live.client("other")
+        for _ in range(16):  # 4 s, past the 3 s lease: the heartbeats keep it
+            assert other.claim([jtype]) is None
+            time.sleep(0.25)
+        done = wait_for(lambda: finished(live, slow["id"]))
+        assert done["result"] == {"slept": True} and done["attempt"] == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def test_the_readme_client_snippet_runs(live):
+    code = readme_block("client-snippet")
+    producer = live.new_key("snippet-producer", "producer")
+    env = {**os.environ, "PYTHONPATH": ROOT, "QUEUELOG_URL": live.url,
+           "PRODUCER_TOKEN": producer, "WORKER_TOKEN": live.tokens["worker"]}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "403 urn:queuelog:problem:forbidden"
+    job = next(live.admin.list(type="email"))
+    assert job["status"] == "completed" and job["result"] == {"receipt": "sent to ada@example.com"}
+    assert f"{job['id']} {{'receipt': 'sent to ada@example.com'}}" in lines
+
+
+def test_work_refuses_missing_settings_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+    env["PYTHONPATH"] = ROOT
+
+    def run(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "queuelog", "work", *args],
+                              env={**env, **extra}, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+
+    no_url = run("--", "true", QUEUELOG_TOKEN="ql_x")
+    assert no_url.returncode == 2 and "QUEUELOG_URL" in no_url.stderr
+    no_token = run("--url", "http://127.0.0.1:9", "--", "true")
+    assert no_token.returncode == 2 and "QUEUELOG_TOKEN" in no_token.stderr
+    missing_file = run("--url", "http://127.0.0.1:9", "--token-file", str(tmp_path / "nope"),
+                       "--", "true")
+    assert missing_file.returncode == 2 and "token file" in missing_file.stderr
+    no_command = run("--url", "http://127.0.0.1:9", "--", "no-such-command-here",
+                     QUEUELOG_TOKEN="ql_x")
+    assert no_command.returncode == 2 and "no-such-command-here" in no_command.stderr
+    assert os.listdir(tmp_path) == ["nope"] or os.listdir(tmp_path) == []
