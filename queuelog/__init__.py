@@ -36,8 +36,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     store.init_app(app)
     auth.init_app(app)
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    from .api import Wakeup
-    app.extensions["queuelog.wakeup"] = Wakeup()
+    from . import longpoll
+    longpoll.init_app(app)
 
     from .api import admin, producer, read, worker
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp):

@@ -25,7 +25,7 @@ from .validation import is_name
 
 
 def parse_duration(text: str) -> int:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
+    """``30s``, ``15min``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
     try:
         return retention.parse_duration(text)
     except ValueError as exc:
@@ -66,13 +66,41 @@ def main() -> None:
 @main.command("init-db")
 @with_appcontext
 def init_db() -> None:
-    """Create or upgrade the schema (also done on every start)."""
+    """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
     from flask import current_app
 
     from . import bootstrap_admin
-    get_store().create_schema()
+    _upgrade()
     bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
-    click.echo("The database is ready (tables and indexes created or already present).")
+
+
+@main.group("db", cls=AppGroup)
+def db() -> None:
+    """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the schema to the newest revision (servers also do it when they start)."""
+    _upgrade()
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the database's schema revision."""
+    from .store import migrate
+    revision, newest = migrate.current(get_store().engine), migrate.head()
+    shown = revision or "none (an empty database, or one made before revisions)"
+    click.echo(f"{shown} (head)" if revision == newest else f"{shown} (head is {newest})")
+
+
+def _upgrade() -> None:
+    from .store import migrate
+    before, after = migrate.upgrade(get_store().engine)
+    if before == after:
+        click.echo(f"The database is ready: already at {after} (the newest revision).")
+    else:
+        click.echo(f"The database is ready: upgraded from {before or 'no revision'} to {after}.")
 
 
 # AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
@@ -115,10 +143,13 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
 def keys_list() -> None:
     """List keys without their secrets."""
     rows = get_store().accounts.list_keys()
+    people = {u.username for u in get_store().accounts.list_users()}
     click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
                f"{'CREATED':<28} STATUS")
     for k in rows:
         status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
+        if k.revoked_at is None and k.name in people:  # one name space: the key is refused
+            status = "refused: a user has this name; revoke it, create it under another"
         click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
                    f"{_priority_column(k.role, k.max_priority):<13} "
                    f"{isoformat(k.created_at):<28} {status}")
@@ -206,15 +237,21 @@ def _read_password(from_stdin: bool) -> str:
 
 @main.command("purge")
 @click.option("--older-than", "older_than", required=True,
-              help="Delete jobs finished longer ago than this (30m, 12h, 7d, 2w).")
+              help="Delete jobs finished longer ago than this: 30s, 15min, 12h, 7d, 2w "
+                   "(m alone is refused: minutes or months?).")
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in FINISHED]),
               help="Only these finished statuses (repeatable); default all finished.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @with_appcontext
-def purge(older_than: str, statuses: tuple[str, ...]) -> None:
+def purge(older_than: str, statuses: tuple[str, ...], dry_run: bool) -> None:
     """Delete finished jobs past retention, with their history, in small batches."""
     seconds = parse_duration(older_than)
     chosen = [Status(s) for s in statuses] or list(FINISHED)
+    if dry_run:
+        count = get_store().count_purgeable(seconds * 1_000_000, chosen)
+        click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
+        return
     deleted = get_store().purge(seconds * 1_000_000, chosen)
     click.echo(f"Deleted {deleted} job(s).")
 
