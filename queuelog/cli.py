@@ -214,9 +214,22 @@ def purge(older_than: str, statuses: tuple[str, ...], dry_run: bool) -> None:
     click.echo(f"Deleted {deleted} job(s).")
 
 
+@click.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@with_appcontext
+def backup(path: str) -> None:
+    """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
+    from .store.backup import BackupRefused, backup_sqlite
+    try:
+        done = backup_sqlite(get_store().engine, path)
+    except BackupRefused as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Backed up {done.jobs} job(s) to {done.path} ({done.bytes:,} bytes).")
+
+
 def init_app(app: Flask) -> None:
     """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
-    for command in (init_db, db, keys, users, purge):
+    for command in (init_db, db, keys, users, purge, backup):
         app.cli.add_command(command)
 
 
