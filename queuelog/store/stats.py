@@ -12,14 +12,25 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, literal_column, select
+from sqlalchemy import Engine, bindparam, func, literal_column, select, text
 
 from ..jobs import FINISHED, Outcome, Priority, Status
-from ..schema import job_attempts, jobs
+from ..schema import job_attempts, jobs, paused_types
 from .engine import Clock
 
 MINUTE_US = 60_000_000
 FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gauges:
+    """What /metrics reads from the database at scrape time."""
+
+    now: int                                 # epoch microseconds of the snapshot
+    counts: list[tuple[tuple[str, str], int]]  # ((status, type), jobs)
+    oldest_due: dict[str, int]               # type -> run_at of its oldest due pending job
+    expired: dict[str, int]                  # type -> running jobs past their lease
+    paused: set[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +64,34 @@ def _counts_statement() -> Any:
     return select(*cols)
 
 
+# In index order, so the (status, type, id) index answers alone: no rows, no sort.
+_COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
+           .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))
+# Oldest due job of one type at one priority: the claim index (priority, run_at, id) is in
+# run_at order within a priority, so the walk stops at the first row of that type (a type
+# with no due jobs walks the due range of its priority). SQLite is pinned to that index
+# as the claim is (see queue.py); PostgreSQL's planner needs no help.
+_OLDEST_DUE = ("(SELECT run_at FROM jobs {indexed}WHERE status = 'pending' AND priority = {p} "
+               "AND type = :{t} AND run_at <= :now ORDER BY run_at LIMIT 1)")
+# Expired leases: the lease index holds running jobs only, by lease end; the range below
+# ``now`` is what the next claim takes back (normally empty or tiny).
+_EXPIRED = ("SELECT type, count(*) FROM jobs {indexed}WHERE status = 'running' "
+            "AND lease_expires_at < :now GROUP BY type")
+
+
+@functools.lru_cache(maxsize=16)
+def _oldest_due_statement(sqlite: bool, n_types: int) -> Any:
+    indexed = "INDEXED BY ix_jobs_claim " if sqlite else ""
+    cols = [_OLDEST_DUE.format(indexed=indexed, p=int(p), t=f"t{i}")
+            for i in range(n_types) for p in Priority]
+    return text("SELECT " + ", ".join(cols))
+
+
+@functools.lru_cache(maxsize=2)
+def _expired_statement(sqlite: bool) -> Any:
+    return text(_EXPIRED.format(indexed="INDEXED BY ix_jobs_lease " if sqlite else ""))
+
+
 @functools.lru_cache(maxsize=1)
 def _purgeable_statement() -> Any:
     return (select(func.count()).select_from(jobs)
@@ -77,6 +116,28 @@ class Stats:
 
     engine: Engine
     clock: Clock
+
+    def gauges(self, types: Sequence[str]) -> Gauges:
+        """The /metrics gauges, from one connection; each read walks an index."""
+        sqlite = self.engine.dialect.name == "sqlite"
+        types = list(types)
+        now = self.clock()
+        with self.engine.connect() as conn:
+            counts = [((st, t), int(n)) for st, t, n in conn.execute(_COUNTS)]
+            oldest: dict[str, int] = {}
+            if types:
+                row = conn.execute(_oldest_due_statement(sqlite, len(types)),
+                                   {"now": now, **{f"t{i}": t for i, t in enumerate(types)}}
+                                   ).one()
+                per_type = len(Priority)
+                for i, job_type in enumerate(types):
+                    found = [v for v in row[i * per_type:(i + 1) * per_type] if v is not None]
+                    if found:
+                        oldest[job_type] = int(min(found))
+            expired = {t: int(n) for t, n in conn.execute(_expired_statement(sqlite),
+                                                           {"now": now})}
+            paused = set(conn.execute(select(paused_types.c.type)).scalars())
+        return Gauges(now, counts, oldest, expired, paused)
 
     def count_purgeable(self, older_than_us: int, statuses: Sequence[Status]) -> int:
         """How many jobs ``purge`` with these arguments would delete now (``--dry-run``)."""
