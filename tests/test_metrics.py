@@ -195,13 +195,18 @@ def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> Non
                 with lock:
                     sent += 1
 
-        threads = [threading.Thread(target=produce, args=(12,)) for _ in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert sent == 48
-        per_worker = per_process(folder, "queuelog_jobs_enqueued_total", type="email")
+        # Rounds until at least two workers took some (the kernel picks who accepts).
+        per_worker: list[float] = []
+        for _ in range(8):
+            threads = [threading.Thread(target=produce, args=(6,)) for _ in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout=60)
+            per_worker = per_process(folder, "queuelog_jobs_enqueued_total", type="email")
+            if sum(1 for v in per_worker if v) >= 2:
+                break
+        assert sent % 24 == 0 and sent >= 24  # every request answered 201
         assert sum(per_worker) == sent
         assert sum(1 for v in per_worker if v) >= 2, per_worker  # really several workers
         for _ in range(6):  # whichever worker answers, the same sums

@@ -170,13 +170,13 @@ def _gauge_plans(store: Store) -> dict[str, str]:
     """The plans of the statements /metrics sends for its gauges, by what they read."""
     with recorded(store) as sent:
         store.gauges(["email", "pdf"])
-    plans = {}
+    plans: dict[str, str] = {}
     for statement, params in sent:
         if "paused_types" in statement:
             continue
         key = ("oldest" if "run_at <=" in statement else
                "expired" if "lease_expires_at <" in statement else "counts")
-        plans[key] = plan(store, statement, params)
+        plans[key] = plans.get(key, "") + plan(store, statement, params) + "\n"
     return plans
 
 

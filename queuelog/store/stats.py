@@ -70,26 +70,22 @@ _COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
 # Oldest due job of one type at one priority: the claim index (priority, run_at, id) is in
 # run_at order within a priority, so the walk stops at the first row of that type (a type
 # with no due jobs walks the due range of its priority). SQLite is pinned to that index
-# as the claim is (see queue.py); PostgreSQL's planner needs no help.
-_OLDEST_DUE = ("(SELECT run_at FROM jobs {indexed}WHERE status = 'pending' AND priority = {p} "
-               "AND type = :{t} AND run_at <= :now ORDER BY run_at LIMIT 1)")
+# as the claim is (see queue.py); PostgreSQL's planner needs no help. Static text, one
+# per dialect: every value is a bound parameter.
+_OLDEST_DUE_SQLITE = text(
+    "SELECT run_at FROM jobs INDEXED BY ix_jobs_claim WHERE status = 'pending' "
+    "AND priority = :p AND type = :t AND run_at <= :now ORDER BY run_at LIMIT 1")
+_OLDEST_DUE_PG = text(
+    "SELECT run_at FROM jobs WHERE status = 'pending' "
+    "AND priority = :p AND type = :t AND run_at <= :now ORDER BY run_at LIMIT 1")
 # Expired leases: the lease index holds running jobs only, by lease end; the range below
 # ``now`` is what the next claim takes back (normally empty or tiny).
-_EXPIRED = ("SELECT type, count(*) FROM jobs {indexed}WHERE status = 'running' "
-            "AND lease_expires_at < :now GROUP BY type")
-
-
-@functools.lru_cache(maxsize=16)
-def _oldest_due_statement(sqlite: bool, n_types: int) -> Any:
-    indexed = "INDEXED BY ix_jobs_claim " if sqlite else ""
-    cols = [_OLDEST_DUE.format(indexed=indexed, p=int(p), t=f"t{i}")
-            for i in range(n_types) for p in Priority]
-    return text("SELECT " + ", ".join(cols))
-
-
-@functools.lru_cache(maxsize=2)
-def _expired_statement(sqlite: bool) -> Any:
-    return text(_EXPIRED.format(indexed="INDEXED BY ix_jobs_lease " if sqlite else ""))
+_EXPIRED_SQLITE = text(
+    "SELECT type, count(*) FROM jobs INDEXED BY ix_jobs_lease WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
+_EXPIRED_PG = text(
+    "SELECT type, count(*) FROM jobs WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
 
 
 @functools.lru_cache(maxsize=1)
@@ -120,22 +116,19 @@ class Stats:
     def gauges(self, types: Sequence[str]) -> Gauges:
         """The /metrics gauges, from one connection; each read walks an index."""
         sqlite = self.engine.dialect.name == "sqlite"
-        types = list(types)
+        oldest_due = _OLDEST_DUE_SQLITE if sqlite else _OLDEST_DUE_PG
         now = self.clock()
         with self.engine.connect() as conn:
             counts = [((st, t), int(n)) for st, t, n in conn.execute(_COUNTS)]
             oldest: dict[str, int] = {}
-            if types:
-                row = conn.execute(_oldest_due_statement(sqlite, len(types)),
-                                   {"now": now, **{f"t{i}": t for i, t in enumerate(types)}}
-                                   ).one()
-                per_type = len(Priority)
-                for i, job_type in enumerate(types):
-                    found = [v for v in row[i * per_type:(i + 1) * per_type] if v is not None]
-                    if found:
-                        oldest[job_type] = int(min(found))
-            expired = {t: int(n) for t, n in conn.execute(_expired_statement(sqlite),
-                                                           {"now": now})}
+            for job_type in types:
+                found = [conn.execute(oldest_due, {"p": int(p), "t": job_type,
+                                                   "now": now}).scalar()
+                         for p in Priority]  # one short index walk per priority
+                if any(v is not None for v in found):
+                    oldest[job_type] = int(min(v for v in found if v is not None))
+            expired = {t: int(n) for t, n in conn.execute(
+                _EXPIRED_SQLITE if sqlite else _EXPIRED_PG, {"now": now})}
             paused = set(conn.execute(select(paused_types.c.type)).scalars())
         return Gauges(now, counts, oldest, expired, paused)
 
