@@ -1,4 +1,12 @@
-"""The ``queuelog`` command line: a Flask command group bound to the app."""
+"""The ``queuelog`` command line: queuelog's own command group, bound to the app on demand.
+
+Adding a command: decorate it with ``@main.command("name")`` (a group: ``@main.group("name",
+cls=AppGroup)``), or ``main.add_command(cmd)`` for one defined in another module. A command
+that needs the app (config, database) also takes ``@with_appcontext`` (an ``AppGroup`` gives
+it to its subcommands): the app is created only when such a command runs, so ``--help``,
+``--version`` and ``work`` create no file. ``init_app`` copies every command onto ``app.cli``,
+so ``flask --app app NAME`` and ``app.test_cli_runner()`` reach it too.
+"""
 from __future__ import annotations
 
 import sys
@@ -6,7 +14,7 @@ from typing import Any
 
 import click
 from flask import Flask
-from flask.cli import AppGroup, FlaskGroup, ScriptInfo, run_command, with_appcontext
+from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
 from . import retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
@@ -24,7 +32,38 @@ def parse_duration(text: str) -> int:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
 
 
-@click.command("init-db")
+def _create_app() -> Flask:
+    from . import create_app
+    from .config import ConfigError
+    try:
+        return create_app(serving=False)
+    except ConfigError as exc:  # one line that names the setting, not a traceback
+        raise click.ClickException(f"configuration: {exc}") from None
+
+
+class QueuelogGroup(click.Group):
+    """A plain click group whose context can load the app (``with_appcontext``) on demand.
+
+    Not Flask's ``FlaskGroup``: that one loads the app to list its commands (so ``--help``
+    made an instance folder, a secret key and a database) and adds ``routes``, ``shell``
+    and ``--env-file``, which are not queuelog's.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        """A context carrying the ``ScriptInfo`` that ``with_appcontext`` loads the app from."""
+        extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False))
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+@click.group("queuelog", cls=QueuelogGroup,
+             help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
+@click.version_option(package_name="queuelog", prog_name="queuelog")
+def main() -> None:
+    """The console script's entry point."""
+
+
+@main.command("init-db")
 @with_appcontext
 def init_db() -> None:
     """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
@@ -35,7 +74,7 @@ def init_db() -> None:
     bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
 
 
-@click.group("db", cls=AppGroup)
+@main.group("db", cls=AppGroup)
 def db() -> None:
     """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
 
@@ -66,7 +105,7 @@ def _upgrade() -> None:
 
 # AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
 # FlaskGroup pushes the app context for plain click commands.
-@click.group("keys", cls=AppGroup)
+@main.group("keys", cls=AppGroup)
 def keys() -> None:
     """Create, list and revoke API keys."""
 
@@ -104,10 +143,13 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
 def keys_list() -> None:
     """List keys without their secrets."""
     rows = get_store().accounts.list_keys()
+    people = {u.username for u in get_store().accounts.list_users()}
     click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
                f"{'CREATED':<28} STATUS")
     for k in rows:
         status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
+        if k.revoked_at is None and k.name in people:  # one name space: the key is refused
+            status = "refused: a user has this name; revoke it, create it under another"
         click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
                    f"{_priority_column(k.role, k.max_priority):<13} "
                    f"{isoformat(k.created_at):<28} {status}")
@@ -127,7 +169,7 @@ def keys_revoke(name: str) -> None:
     click.echo(f"Revoked key {name!r}.")
 
 
-@click.group("users", cls=AppGroup)
+@main.group("users", cls=AppGroup)
 def users() -> None:
     """Manage the people who sign in to the dashboard."""
 
@@ -193,7 +235,7 @@ def _read_password(from_stdin: bool) -> str:
     return password
 
 
-@click.command("purge")
+@main.command("purge")
 @click.option("--older-than", "older_than", required=True,
               help="Delete jobs finished longer ago than this: 30s, 15min, 12h, 7d, 2w "
                    "(m alone is refused: minutes or months?).")
@@ -214,7 +256,7 @@ def purge(older_than: str, statuses: tuple[str, ...], dry_run: bool) -> None:
     click.echo(f"Deleted {deleted} job(s).")
 
 
-@click.command("backup")
+@main.command("backup")
 @click.argument("path", type=click.Path(dir_okay=False))
 @with_appcontext
 def backup(path: str) -> None:
@@ -229,17 +271,9 @@ def backup(path: str) -> None:
 
 def init_app(app: Flask) -> None:
     """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
-    for command in (init_db, db, keys, users, purge, backup):
-        app.cli.add_command(command)
-
-
-def _create_app() -> Flask:
-    from . import create_app
-    from .config import ConfigError
-    try:
-        return create_app(serving=False)
-    except ConfigError as exc:  # one line that names the setting, not a traceback
-        raise click.ClickException(f"configuration: {exc}") from None
+    for name, command in main.commands.items():
+        if name != "run":  # ``flask run`` stays Flask's; app.py creates the first admin
+            app.cli.add_command(command)
 
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
@@ -249,8 +283,5 @@ def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 
 
-main = FlaskGroup(name="queuelog", create_app=_create_app, add_version_option=False,
-                  help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
 main.add_command(click.Command("run", callback=_run_with_first_admin, params=run_command.params,
                                help=run_command.help, short_help=run_command.short_help))
-click.version_option(package_name="queuelog", prog_name="queuelog")(main)

@@ -28,6 +28,19 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "postgresql: needs a PostgreSQL server")
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Give every PostgreSQL skip one location, so ``-ra`` folds them into one line."""
+    report = yield
+    # A skip from a fixture is reported at each test's own line, and -ra prints one line per
+    # distinct (file, line, reason): two hundred identical lines. One shared location folds them
+    # into "SKIPPED [N] tests/conftest.py: <why>"; -v still names each test.
+    if (report.skipped and not PG_URL and item.get_closest_marker("postgresql") is not None
+            and isinstance(report.longrepr, tuple)):
+        report.longrepr = (__file__, None, PG_SKIP)
+    return report
+
+
 class FakeClock:
     """A clock the tests move by hand: epoch microseconds, starting at a fixed instant."""
 

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
+from helpers import SQLITE_ONLY
 from queuelog.schema import jobs
 from queuelog.store import NewJob, Store
-
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
 
 
 def backup(app: Any, *args: str) -> Any:

@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, multiprocess
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert
 
-from helpers import problem
+from helpers import SQLITE_ONLY, problem
 from queuelog.schema import paused_types
 from server_process import Server, make_keys, request
 
@@ -173,7 +173,7 @@ def per_process(folder: pathlib.Path, name: str, **labels: str) -> list[float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", ["sqlite"])  # the summing is prometheus_client's, not SQL
+@SQLITE_ONLY  # the summing is prometheus_client's, not SQL
 def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> None:
     """Counters live in each worker; any worker's scrape reports the sum over all of them."""
     folder = tmp_path / "prom"

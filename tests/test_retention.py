@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select, text
 
+from helpers import enqueue
 from queuelog import create_app
 from queuelog.jobs import Status
 from queuelog.retention import parse_duration
@@ -14,13 +15,6 @@ from queuelog.schema import job_attempts, jobs
 
 HOUR = 3600
 DAY = 86_400
-
-
-def enqueue(client: Any, headers: dict[str, str], **body: Any) -> dict[str, Any]:
-    """Enqueue an email job, closing the response (as a server does), and return it."""
-    with client.post("/jobs", json={"type": "email", **body}, headers=headers) as resp:
-        assert resp.status_code in (200, 201), resp.json
-        return resp.json  # type: ignore[no-any-return]
 
 
 def finish(client: Any, producer: dict[str, str], worker: dict[str, str], how: str,

@@ -26,8 +26,16 @@ def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = Fals
         raise ConfigError(f"DATABASE_URL: queuelog runs on sqlite or postgresql, "
                           f"not {backend!r}{hint}")
     if backend != "sqlite":
-        return create_engine(url, echo=echo, pool_pre_ping=True, pool_size=10,
-                             max_overflow=20)
+        # No pool_pre_ping: its extra round trip per checkout cost ~30% of claim throughput.
+        # A connection that died meanwhile (a restart, a dropped socket) fails its request
+        # with a disconnect error instead: that request answers 503 (errors.py), and
+        # SQLAlchemy invalidates the whole pool on a disconnect, so later requests get fresh
+        # connections. Nothing is retried blindly: the commit's outcome may be unknown.
+        # connect_timeout: a database host that does not answer at all fails a request in
+        # seconds, not after the kernel's TCP timeout.
+        connect_args = {} if "connect_timeout" in parsed.query else {"connect_timeout": 10}
+        return create_engine(url, echo=echo, pool_size=10, max_overflow=20,
+                             connect_args=connect_args)
     synchronous = sqlite_synchronous.upper()
     if synchronous not in {"OFF", "NORMAL", "FULL", "EXTRA"}:
         raise ConfigError("SQLITE_SYNCHRONOUS must be OFF, NORMAL, FULL or EXTRA, "
