@@ -34,6 +34,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     config.load(app, test_config)
     errors.init_app(app)
     store.init_app(app)
+    from . import metrics
+    metrics.init_app(app)
     auth.init_app(app)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     from . import longpoll

@@ -334,6 +334,19 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     sys.exit(runner.run())
 
 
+@main.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@with_appcontext
+def backup(path: str) -> None:
+    """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
+    from .store.backup import BackupRefused, backup_sqlite
+    try:
+        done = backup_sqlite(get_store().engine, path)
+    except BackupRefused as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Backed up {done.jobs} job(s) to {done.path} ({done.bytes:,} bytes).")
+
+
 def init_app(app: Flask) -> None:
     """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
     for name, command in main.commands.items():
