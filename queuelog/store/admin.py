@@ -12,8 +12,7 @@ import functools
 import time
 from typing import Any, Sequence
 
-from sqlalchemy import (Engine, bindparam, func, insert, literal_column, select,
-                        update)
+from sqlalchemy import Engine, bindparam, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..jobs import Outcome, Status
