@@ -188,7 +188,7 @@ def init_app(app: Flask) -> None:
     csrf.init_app(app)
     if app.config.get("SESSION_COOKIE_SAMESITE") is None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"  # the session holds the CSRF secret
-    from . import ui_admin  # the operator's pages register on the same blueprint
+    from . import ui_admin  # noqa: F401  (its pages register on this blueprint)
     app.register_blueprint(bp)
     app.register_error_handler(CSRFError, _csrf_failed)
     app.extensions["queuelog.html_error"] = _error_page  # errors.unavailable: the 503 page

@@ -23,7 +23,7 @@ __all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Ser
 
 
 class Store(Queue, Reads, Stats, Admin, Audit):
-    """Job verbs, reads, types, bulk, audit and ``accounts`` (keys, users): one engine, one clock."""
+    """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,

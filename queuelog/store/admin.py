@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
 from typing import Any, Sequence
 
-from sqlalchemy import (Engine, bindparam, func, insert, literal_column, select,
-                        update)
+from sqlalchemy import Engine, bindparam, func, insert, literal_column, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ..jobs import Outcome, Status
@@ -22,6 +22,7 @@ from .engine import Clock
 from .reads import ALL, Scope, scope_conditions, status_is
 
 BULK_BATCH = 200   # rows per bulk transaction: milliseconds of lock, not seconds
+MIN_PAUSE = 0.002  # seconds; see _yield_lock
 HOUR_US = 3_600_000_000
 FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
 
@@ -178,19 +179,36 @@ class Admin:
             wanted = sorted(set(ids))
             for start in range(0, len(wanted), batch):
                 chunk = wanted[start:start + batch]
+                started = time.perf_counter()
                 total += self._bulk_batch(tally, jobs.c.id.in_(chunk), statuses, cond, values,
                                           batch, postgres)[0]
+                self._yield_lock(started, postgres)
             return total
         # One status at a time, so each batch is a walk of (status, ...) indexes by id.
         for status in statuses:
             last = 0
             while True:
+                started = time.perf_counter()
                 changed, found, last = self._bulk_batch(
                     tally, jobs.c.id > last, (status,), cond, values, batch, postgres)
                 total += changed
                 if found < batch:
                     break
+                self._yield_lock(started, postgres)
         return total
+
+    @staticmethod
+    def _yield_lock(started: float, postgres: bool) -> None:
+        """On SQLite, leave the write lock free as long as the batch held it.
+
+        SQLite's lock is not fair: a loop that begins its next transaction at once keeps
+        winning, while a waiting claim backs off (up to 100 ms a try) and starves
+        (measured: 48 claims/s instead of 230, the slowest 1.3 s). Pausing as long as
+        the batch took gives waiting writers their turn, at half the bulk's speed.
+        PostgreSQL needs no pause: a bulk batch locks only its own rows (SKIP LOCKED).
+        """
+        if not postgres:
+            time.sleep(max(MIN_PAUSE, time.perf_counter() - started))
 
     def _bulk_batch(self, tally: Tally, where: Any, statuses: Sequence[Status],
                     cond: list[Any], values: dict[str, Any], batch: int,
