@@ -1,14 +1,20 @@
 """Database faults: 503 unavailable with Retry-After, never a 500; nothing half-written; healing."""
 from __future__ import annotations
 
+import collections
+import http.client
 import logging
 import os
 import sqlite3
+import threading
+import time
 from typing import Any, Iterator
 
 import psycopg
 import pytest
 from helpers import problem
+from server_process import Server, make_keys, request, table_rows
+from tcp_proxy import TcpProxy
 from sqlalchemy import event, exc as sa_exc
 from sqlalchemy.engine import make_url
 
@@ -197,3 +203,194 @@ def test_sqlite_database_gone_answers_503_everywhere_then_heals(app, client, sto
     assert lines[0].startswith("database unavailable (OperationalError: unable to open"), lines
     assert lines[1:] == ["database is back"]
     assert not any(r.exc_info for r in caplog.records)
+
+
+# -- PostgreSQL: connections dropped, the server refusing ---------------------------------
+@pytest.fixture
+def proxy(db_url: str) -> Iterator[TcpProxy]:
+    """A TCP forwarder between the app and PostgreSQL."""
+    url = make_url(db_url)
+    forwarder = TcpProxy(url.host or "127.0.0.1", url.port or 5432).start()
+    yield forwarder
+    forwarder.close()
+
+
+@pytest.fixture
+def config(backend: str, db_url: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """On PostgreSQL the app reaches the database through the proxy."""
+    if backend != "postgresql":
+        return {}
+    return {"DATABASE_URL": _through(db_url, request.getfixturevalue("proxy"))}
+
+
+def _through(db_url: str, proxy: TcpProxy) -> str:
+    return make_url(db_url).set(host="127.0.0.1", port=proxy.port).render_as_string(
+        hide_password=False)
+
+
+@PG_ONLY
+def test_postgresql_dropped_connections_cost_one_503_then_the_pool_is_fresh(client, store,
+                                                                           proxy, admin):
+    # Four idle connections in the pool, then every one of them cut.
+    held = [store.engine.connect() for _ in range(4)]
+    for conn in held:
+        conn.close()
+    assert proxy.drop_all() >= 4
+    statuses = [client.get("/jobs", headers=admin).status_code for _ in range(6)]
+    # The first request meets a dead connection: 503 (no pre-ping, no blind retry). The
+    # disconnect invalidates the whole pool, so the other dead ones are never handed out.
+    assert statuses == [503] + [200] * 5, statuses
+
+
+@PG_ONLY
+def test_postgresql_down_is_503_everywhere_and_heals_by_itself(app, client, proxy, producer,
+                                                               make_user, caplog):
+    viewer = make_user("vera", "viewer")
+    proxy.refusing = True
+    proxy.drop_all()
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            _unavailable(client.post("/jobs", json={"type": "email"}, headers=producer))
+        assert client.get("/healthz").status_code == 503
+        page = client.get("/ui/", headers=viewer)
+        assert page.status_code == 503 and "Database unavailable" in page.get_data(as_text=True)
+        proxy.refusing = False
+        assert client.get("/healthz").json == {"status": "ok"}
+        assert client.post("/jobs", json={"type": "email"}, headers=producer).status_code == 201
+    lines = [r.getMessage() for r in caplog.records if r.name == app.logger.name]
+    assert len(lines) == 2 and lines[0].startswith("database unavailable ("), lines
+    assert lines[1] == "database is back"
+    assert not any(r.exc_info for r in caplog.records)
+
+
+# -- a live gunicorn on PostgreSQL whose connections keep being cut under load -------------
+PRODUCERS, WORKERS = 4, 2
+NETWORK_ERRORS = (OSError, http.client.HTTPException)
+
+
+class _Load:
+    """The clients' shared tally: every answer's status, acknowledged keys, worker checks."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.lock = threading.Lock()
+        self.statuses: collections.Counter[tuple[str, int]] = collections.Counter()
+        self.acked: dict[str, int] = {}          # idempotency key -> job id
+        self.completed: list[int] = []
+        self.checked_409: list[tuple[int, str]] = []   # (job id, outcome in attempts)
+        self.stop = threading.Event()
+        self.deadline = time.monotonic() + 60
+
+    def call(self, conn: list[Any], what: str, method: str, path: str, body: Any,
+             headers: dict[str, str]) -> tuple[int, Any]:
+        """One request until answered (a dropped TCP connection to gunicorn is retried)."""
+        while time.monotonic() < self.deadline:
+            conn[0] = conn[0] or http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
+            try:
+                status, data = request(self.port, method, path, body, headers, conn=conn[0])
+            except NETWORK_ERRORS:
+                conn[0].close()
+                conn[0] = None
+                continue
+            with self.lock:
+                self.statuses[(what, status)] += 1
+            return status, data
+        raise AssertionError(f"{what}: no answer before the deadline")
+
+    def produce(self, c: int, headers: dict[str, str]) -> None:
+        """Enqueue with a fresh key each time; retry each key until it is acknowledged."""
+        conn: list[Any] = [None]
+        n = 0
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            key = f"p{c}-{n}"
+            n += 1
+            while time.monotonic() < self.deadline:
+                status, job = self.call(conn, "enqueue", "POST", "/jobs",
+                                        {"type": "email", "idempotency_key": key}, headers)
+                if status in (200, 201):
+                    with self.lock:
+                        self.acked[key] = job["id"]
+                    break
+                time.sleep(0.05 if status == 503 else 0)  # Retry-After, shortened for tests
+                if status != 503:
+                    return  # a 500 or another surprise: counted, and this client stops
+
+    def work(self, headers: dict[str, str]) -> None:
+        """Claim and complete; a complete that got 503 is retried until 200 or 409."""
+        conn: list[Any] = [None]
+        while not self.stop.is_set() and time.monotonic() < self.deadline:
+            status, job = self.call(conn, "claim", "POST", "/jobs/claim",
+                                    {"wait": 0.5, "lease_seconds": 60}, headers)
+            if status != 200:
+                time.sleep(0.05 if status == 503 else 0)
+                continue
+            path = f"/jobs/{job['id']}/complete"
+            while time.monotonic() < self.deadline:
+                status, done = self.call(conn, "complete", "POST", path,
+                                         {"attempt": job["attempt"]}, headers)
+                if status == 200:
+                    with self.lock:
+                        self.completed.append(job["id"])
+                    break
+                if status == 409:
+                    # An earlier try landed without its answer: the history says so.
+                    assert done["type"].endswith("wrong-state"), done
+                    _, seen = self.call(conn, "read", "GET", f"/jobs/{job['id']}", None,
+                                        headers)
+                    outcome = [a["outcome"] for a in seen["attempts"]
+                               if a["attempt"] == job["attempt"]]
+                    with self.lock:
+                        self.checked_409.append((job["id"], outcome[0]))
+                    break
+                if status != 503:
+                    return
+                time.sleep(0.05)
+
+
+@pytest.mark.slow
+@PG_ONLY
+def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, proxy, tmp_path):
+    """Producers and workers run while every database connection is cut, again and again."""
+    keys = make_keys(db_url, {"producer": "producer", "w1": "worker", "w2": "worker"})
+    server = Server(_through(db_url, proxy), str(tmp_path / "server.log"), workers=2,
+                    threads=8).start()
+    load = _Load(server.port)
+    threads = [threading.Thread(target=load.produce, args=(c, keys["producer"]))
+               for c in range(PRODUCERS)]
+    threads += [threading.Thread(target=load.work, args=(keys[f"w{w + 1}"],))
+                for w in range(WORKERS)]
+    try:
+        for thread in threads:
+            thread.start()
+        time.sleep(1)
+        for n in range(12):  # cut everything every 0.3 s; once, refuse for a second too
+            time.sleep(0.3)
+            proxy.drop_all()
+            if n == 6:
+                proxy.refusing = True
+                time.sleep(1)
+                proxy.refusing = False
+        time.sleep(1)  # calm: the last requests get through
+        load.stop.set()
+        for thread in threads:
+            thread.join(timeout=70)
+        health = request(server.port, "GET", "/healthz")
+        fresh = request(server.port, "POST", "/jobs", {"type": "email"}, keys["producer"])
+    finally:
+        load.stop.set()
+        server.stop()
+    rows = table_rows(db_url, "SELECT id, idempotency_key FROM jobs")
+    per_key = collections.Counter(r.idempotency_key for r in rows)
+    log = server.log()
+    print(f"\n[faults pg] connections cut {proxy.dropped}, answers {dict(load.statuses)}, "
+          f"acknowledged {len(load.acked)}, jobs {len(rows)}, completed {len(load.completed)}, "
+          f"complete retried into 409 {len(load.checked_409)}, "
+          f"log lines 'unavailable' {log.count('database unavailable')}")
+    assert not any(status >= 500 and status != 503 for _, status in load.statuses), load.statuses
+    assert sum(n for (_, status), n in load.statuses.items() if status == 503) > 0
+    assert all(per_key[key] == 1 for key in load.acked)  # every acknowledged job, once
+    assert {r.id for r in rows if r.idempotency_key in load.acked} == set(load.acked.values())
+    assert max(per_key.values()) == 1  # no key twice
+    assert all(outcome == "completed" for _, outcome in load.checked_409), load.checked_409
+    assert health == (200, {"status": "ok"}) and fresh[0] == 201  # no restart needed
+    assert "Traceback" not in log
