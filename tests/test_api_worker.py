@@ -6,25 +6,15 @@ import time
 from typing import Any
 
 import pytest
-from helpers import problem
+from helpers import SQLITE_ONLY, enqueue, problem
 
 from queuelog import longpoll
-
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # pure request validation
 
 
 @pytest.fixture
 def config() -> dict[str, Any]:
     """A type with its own lease."""
     return {"JOB_TYPES": {"email": {}, "pdf": {"lease_seconds": 900}, "sync": {}}}
-
-
-
-def enqueue(client: Any, headers: dict[str, str], type: str = "email", **body: Any) -> Any:
-    """Enqueue a job; return its JSON."""
-    resp = client.post("/jobs", json={"type": type, **body}, headers=headers)
-    assert resp.status_code == 201
-    return resp.json
 
 
 def test_claim_returns_the_job_or_204(client, producer, worker, clock):

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from helpers import enqueue
 from queuelog import create_app, longpoll
 from queuelog.api import Wakeup
 from queuelog.errors import QueuelogError
@@ -28,13 +29,6 @@ def config() -> dict[str, Any]:
 def other(make_key: Any) -> dict[str, str]:
     """A second worker, mailer-2."""
     return make_key("mailer-2", "worker")
-
-
-def enqueue(client: Any, headers: dict[str, str], **body: Any) -> dict[str, Any]:
-    """Enqueue a job (default type email) and return it."""
-    resp = client.post("/jobs", json={"type": "email", **body}, headers=headers)
-    assert resp.status_code == 201, resp.json
-    return resp.json  # type: ignore[no-any-return]
 
 
 def claim(client: Any, headers: dict[str, str], **body: Any) -> Any:

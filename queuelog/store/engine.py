@@ -4,11 +4,10 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from ..config import ConfigError
-from ..schema import metadata
 
 Clock = Callable[[], int]
 
@@ -76,21 +75,6 @@ def writer(engine: Engine) -> Engine:
 
 
 def create_schema(engine: Engine) -> None:
-    """Create missing tables and indexes (safe to run from several processes at once)."""
-    if engine.dialect.name == "postgresql":
-        # Serialize concurrent CREATE TABLE IF NOT EXISTS from several workers.
-        with engine.begin() as conn:
-            conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7262017)")
-            _create_missing(conn)
-        return
-    with writer(engine).begin() as conn:
-        _create_missing(conn)
-
-
-def _create_missing(conn: Connection) -> None:
-    metadata.create_all(conn)
-    # create_all skips tables that exist, and with them any index added since: this is
-    # how a database made by an older queuelog gets a new index (the upgrade).
-    for table in metadata.sorted_tables:
-        for index in table.indexes:
-            index.create(conn, checkfirst=True)
+    """Create or upgrade the schema to the newest revision (safe from several processes)."""
+    from .migrate import upgrade  # Alembic loads only where the schema is touched
+    upgrade(engine)
