@@ -127,7 +127,7 @@ def is_unavailable(err: BaseException) -> bool:
     return False
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     """The driver's message, first line, for a log line (never a traceback)."""
     orig = getattr(err, "orig", None) or err
     text = str(orig).strip().splitlines()
@@ -147,7 +147,7 @@ class DatabaseHealth:
             if self.down:
                 return
             self.down = True
-        log.warning("database unavailable (%s); answering 503 until it is back", _one_line(err))
+        log.warning("database unavailable (%s); answering 503 until it is back", one_line(err))
 
     def is_back(self, log: Any) -> None:
         """Note a success; log it if it ends an incident."""

@@ -12,18 +12,18 @@ from typing import Any, Iterator
 
 import psycopg
 import pytest
-from helpers import problem
-from server_process import Server, make_keys, request, table_rows
-from tcp_proxy import TcpProxy
 from sqlalchemy import event, exc as sa_exc
 from sqlalchemy.engine import make_url
 
+from helpers import SQLITE_ONLY, problem
 from queuelog.errors import is_unavailable
+from queuelog.schema import metadata
+from server_process import Server, make_keys, request, table_rows
+from tcp_proxy import TcpProxy
 
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
 PG_ONLY = pytest.mark.parametrize("backend", [pytest.param("postgresql",
                                                            marks=pytest.mark.postgresql)])
-TABLES = ("jobs", "job_attempts", "api_keys", "users")
+TABLES = [t.name for t in metadata.sorted_tables]
 
 
 # -- which errors mean "the database is unavailable" -------------------------------------
@@ -399,3 +399,37 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
     assert health.count(503) <= 2 and health[-1] == 200, health
     assert fresh.count(503) <= 2 and fresh[-1] == 200 and 201 in fresh, fresh
     assert "Traceback" not in log
+
+
+# -- the command line -----------------------------------------------------------------------
+def _cli(tmp_path: Any, db_url: str, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from queuelog.cli import main
+    env = {"QUEUELOG_DATABASE_URL": db_url, "QUEUELOG_SECRET_KEY": "x",
+           "QUEUELOG_BOOTSTRAP_ADMIN": "false"}
+    return CliRunner().invoke(main, list(args), env=env)
+
+
+@SQLITE_ONLY
+def test_cli_database_failing_mid_command_is_one_line_and_exit_1(store, db_url, tmp_path,
+                                                                 monkeypatch):
+    from queuelog.store import Accounts
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        # A real SQLite I/O error cannot be made on demand; its exception can.
+        raise sa_exc.OperationalError("SELECT", {}, sqlite3.OperationalError("disk I/O error"))
+
+    monkeypatch.setattr(Accounts, "list_keys", broken)
+    result = _cli(tmp_path, db_url, "keys", "list")
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: the database is unavailable (OperationalError: disk I/O error); try again "
+        "when it is back (a change may or may not have been made)"]
+
+
+def test_cli_database_gone_at_start_is_one_line_and_exit_1(tmp_path):
+    result = _cli(tmp_path, f"sqlite:///{tmp_path}/missing/dir/q.sqlite3", "keys", "list")
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "the database does not answer" in lines[0], result.output
