@@ -433,3 +433,50 @@ def test_cli_database_gone_at_start_is_one_line_and_exit_1(tmp_path):
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "the database does not answer" in lines[0], result.output
+
+
+# -- a commit that landed, its answer lost: the client's retry is safe -----------------------
+def _lost_answer(backend: str) -> Exception:
+    """The error a request gets when the connection breaks after its COMMIT was sent."""
+    if backend == "postgresql":
+        return sa_exc.OperationalError("COMMIT", {}, psycopg.OperationalError(
+            "server closed the connection unexpectedly"))
+    return sa_exc.OperationalError("COMMIT", {}, sqlite3.OperationalError("disk I/O error"))
+
+
+def test_a_complete_that_landed_but_got_503_is_retried_into_409_and_attempts_say_so(
+        backend, client, store, producer, worker, monkeypatch):
+    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    claimed = client.post("/jobs/claim", headers=worker).json
+    real_complete = store.complete
+
+    def landed_then_lost(*args: Any, **kwargs: Any) -> Any:
+        real_complete(*args, **kwargs)
+        raise _lost_answer(backend)
+
+    monkeypatch.setattr(store, "complete", landed_then_lost)
+    body = {"attempt": claimed["attempt"], "result": {"sent": True}}
+    _unavailable(client.post(f"/jobs/{job['id']}/complete", json=body, headers=worker))
+    monkeypatch.setattr(store, "complete", real_complete)
+    retry = client.post(f"/jobs/{job['id']}/complete", json=body, headers=worker)
+    assert problem(retry, 409, "wrong-state")
+    seen = client.get(f"/jobs/{job['id']}", headers=worker).json
+    assert [(a["attempt"], a["outcome"]) for a in seen["attempts"]] == [(1, "completed")]
+    assert seen["status"] == "completed" and seen["result"] == {"sent": True}
+
+
+def test_an_enqueue_that_landed_but_got_503_is_replayed_by_its_idempotency_key(
+        backend, client, store, producer, monkeypatch):
+    real_enqueue = store.enqueue
+
+    def landed_then_lost(*args: Any, **kwargs: Any) -> Any:
+        real_enqueue(*args, **kwargs)
+        raise _lost_answer(backend)
+
+    monkeypatch.setattr(store, "enqueue", landed_then_lost)
+    body = {"type": "email", "payload": {"n": 1}, "idempotency_key": "k-1"}
+    _unavailable(client.post("/jobs", json=body, headers=producer))
+    monkeypatch.setattr(store, "enqueue", real_enqueue)
+    again = client.post("/jobs", json=body, headers=producer)
+    assert again.status_code == 200 and again.json["idempotency_key"] == "k-1"
+    assert len(store.list_jobs().jobs) == 1
