@@ -121,9 +121,7 @@ def is_unavailable(err: BaseException) -> bool:
     if psycopg is not None and isinstance(err, psycopg.Error):
         # OperationalError: connection lost or refused, server shutting down, disk full,
         # too many connections, serialization failure; a read-only server (a standby).
-        return isinstance(err, (psycopg.OperationalError,
-                                psycopg.errors.ReadOnlySqlTransaction)) or bool(
-            getattr(err, "connection_broken", False))
+        return isinstance(err, (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction))
     return False
 
 
