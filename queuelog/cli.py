@@ -19,7 +19,7 @@ from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
 from . import actions, retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
-from .errors import Conflict
+from .errors import Conflict, is_unavailable, one_line
 from .jobs import FINISHED, Priority, Status, isoformat
 from .store import get_store
 from .validation import is_name
@@ -55,6 +55,17 @@ class QueuelogGroup(click.Group):
         """A context carrying the ``ScriptInfo`` that ``with_appcontext`` loads the app from."""
         extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False))
         return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a database that does not answer is one line and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            raise click.ClickException(
+                f"the database is unavailable ({one_line(exc)}); try again when it is "
+                "back (a change may or may not have been made)") from None
 
 
 @click.group("queuelog", cls=QueuelogGroup,
