@@ -24,12 +24,15 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     ``keys create`` never prints a password where nobody expects it.
     """
     app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
-    os.makedirs(app.instance_path, exist_ok=True)
+    from . import instance
+    # Private before anything is written into it (the secret key, the database).
+    os.makedirs(app.instance_path, mode=instance.FOLDER_MODE, exist_ok=True)
 
     from . import auth, cli, config, errors, store
     from .validation import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     config.load(app, test_config)
+    instance.protect(app.instance_path, app.config["DATABASE_URL"])
     errors.init_app(app)
     store.init_app(app)
     auth.init_app(app)

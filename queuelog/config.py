@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import tempfile
 from typing import Any
 
 from flask import Flask
@@ -58,18 +59,27 @@ def load(app: Flask, test_config: dict[str, Any] | None) -> None:
 def instance_secret(instance_path: str) -> str:
     """Read the instance's secret key, creating it once (race-free across processes)."""
     path = os.path.join(instance_path, "secret_key")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        with open(path, encoding="ascii") as fh:
-            key = fh.read().strip()
-        if key:
-            return key
-        raise ConfigError(f"{path} is empty; delete it to have a new key generated")
-    key = secrets.token_hex(32)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(key + "\n")
-    return key
+    if not os.path.exists(path):
+        # Written whole to a temporary file, then hard-linked into place: link() fails if
+        # the name exists, so the first process wins and no process ever reads a file that
+        # exists but is not yet written (O_CREAT|O_EXCL then write() left that window open).
+        fd, tmp = tempfile.mkstemp(prefix=".secret_key.", dir=instance_path)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process won; read its key below
+        finally:
+            os.unlink(tmp)
+    with open(path, encoding="ascii") as fh:
+        key = fh.read().strip()
+    if key:
+        return key
+    raise ConfigError(f"{path} is empty; delete it to have a new key generated")
 
 
 def check(config: Any) -> None:
