@@ -23,6 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
     "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
     "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
+    "PASSWORD_HASH_SLOTS": 2,    # password hashes one process computes at once
+    "PASSWORD_HASH_WAIT_SECONDS": 0.25,  # a sign-in waits this long for a slot, then 429
 }
 
 
@@ -38,6 +40,7 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "LEASE_SECONDS": (1, 43_200),           # the range a claim's lease_seconds has
     "DEFAULT_MAX_RETRIES": (0, 25),         # the range a request's max_retries has
     "COUNT_CAP": (1, 10**9),
+    "PASSWORD_HASH_SLOTS": (1, 1024),
 }
 
 
@@ -94,6 +97,8 @@ def check(config: Any) -> None:
     for key, (lo, hi) in WHOLE_NUMBERS.items():
         require_number(key, config[key], lo, hi)
     require_number("AUTH_CACHE_SECONDS", config["AUTH_CACHE_SECONDS"], 0, 3600, whole=False)
+    require_number("PASSWORD_HASH_WAIT_SECONDS", config["PASSWORD_HASH_WAIT_SECONDS"], 0, 60,
+                   whole=False)
     # Per-type options: (whole numbers only, lowest, highest); checked here so that a typo in
     # the config stops start-up instead of turning every enqueue of that type into a 500.
     limits = {"lease_seconds": (False, 1, 43_200), "max_retries": (True, 0, 25),

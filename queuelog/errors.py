@@ -85,6 +85,12 @@ class IdempotencyMismatch(QueuelogError):
     status, slug, title = 422, "idempotency-key-mismatch", "Idempotency key reused"
 
 
+class TooManyRequests(QueuelogError):
+    """Too many failed sign-ins (or password checks at once); carries Retry-After."""
+
+    status, slug, title = 429, "too-many-requests", "Too many requests"
+
+
 def problem(status: int, slug: str, title: str, detail: str,
             errors: list[dict[str, str]] | None = None,
             headers: dict[str, str] | None = None) -> Response:
