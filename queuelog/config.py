@@ -23,8 +23,8 @@ DEFAULTS: dict[str, Any] = {
     "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
     "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
     "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
-    "PASSWORD_HASH_SLOTS": 2,    # password hashes one process computes at once
-    "PASSWORD_HASH_WAIT_SECONDS": 0.25,  # a sign-in waits this long for a slot, then 429
+    "PASSWORD_HASH_SLOTS": 1,    # password hashes one process computes at once
+    "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
 }
 
 
