@@ -55,7 +55,10 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
 
 
 def bootstrap_admin(app: Flask) -> str | None:
-    """Create user ``admin`` with a random password when no user exists; print it once."""
+    """Say where the database is; create user ``admin`` if no user exists, print it once."""
+    if not app.testing:
+        print(f"queuelog: database {database_location(app.config['DATABASE_URL'])}",
+              file=sys.stderr, flush=True)
     if not app.config["BOOTSTRAP_ADMIN"]:
         return None
     from .auth import hash_password
@@ -71,3 +74,16 @@ def bootstrap_admin(app: Flask) -> str | None:
           "queuelog: it is shown only this once; sign in at /ui/ and keep it safe.",
           file=sys.stderr, flush=True)
     return password
+
+
+def database_location(url: str) -> str:
+    """The database URL for a log line: its password masked, a SQLite path made absolute."""
+    from sqlalchemy.engine import make_url
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - the engine reports a bad URL, with its reason
+        return "(an unreadable DATABASE_URL)"
+    if parsed.get_backend_name() == "sqlite" and parsed.database \
+            and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        parsed = parsed.set(database=os.path.abspath(parsed.database))
+    return parsed.render_as_string(hide_password=True)

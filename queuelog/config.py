@@ -1,8 +1,10 @@
 """Configuration defaults and the loading order: defaults, instance/config.py, QUEUELOG_* env."""
 from __future__ import annotations
 
+import difflib
 import os
 import secrets
+import sys
 import tempfile
 from typing import Any
 
@@ -26,6 +28,12 @@ DEFAULTS: dict[str, Any] = {
     "PASSWORD_HASH_SLOTS": 1,    # password hashes one process computes at once
     "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
 }
+
+
+# QUEUELOG_* variables that are not settings: the worker runner's, its jobs' and the tests'.
+NOT_SETTINGS = frozenset({"QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",
+                          "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID", "QUEUELOG_JOB_TYPE",
+                          "QUEUELOG_JOB_ATTEMPT", "QUEUELOG_JOB_PRIORITY"})
 
 
 class ConfigError(ValueError):
@@ -52,11 +60,41 @@ def load(app: Flask, test_config: dict[str, Any] | None) -> None:
     if test_config is None:
         app.config.from_pyfile("config.py", silent=True)
         app.config.from_prefixed_env("QUEUELOG")
+        warn_unknown_variables(os.environ)
     else:
         app.config.from_mapping(test_config)
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = instance_secret(app.instance_path)
     check(app.config)
+
+
+def known_settings() -> set[str]:
+    """Every setting name queuelog, Flask or Flask-WTF reads."""
+    from . import retention
+    return {*DEFAULTS, *retention.DEFAULTS, *Flask.default_config, "DATABASE_URL", "SECRET_KEY"}
+
+
+def unknown_variables(environ: Any) -> list[tuple[str, str | None]]:
+    """QUEUELOG_* variables naming no setting, each with the closest setting's variable."""
+    known = known_settings()
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("QUEUELOG_") or name in NOT_SETTINGS:
+            continue
+        key = name[len("QUEUELOG_"):].split("__", 1)[0]  # QUEUELOG_JOB_TYPES__email: nested
+        if key in known or key.startswith("WTF_"):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        out.append((name, "QUEUELOG_" + close[0] if close else None))
+    return out
+
+
+def warn_unknown_variables(environ: Any) -> None:
+    """Say so on standard error: a typo like QUEUELOG_LEASE_SECOND is otherwise ignored."""
+    for name, close in unknown_variables(environ):
+        hint = f" (did you mean {close}?)" if close else ""
+        print(f"queuelog: warning: {name} is not a queuelog setting; it is ignored{hint}",
+              file=sys.stderr, flush=True)
 
 
 def instance_secret(instance_path: str) -> str:

@@ -1,11 +1,12 @@
 """Configuration: a config that cannot work stops start-up with a clear message."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
-from queuelog import create_app
+from queuelog import bootstrap_admin, create_app, database_location
 from queuelog.config import ConfigError
 
 
@@ -69,3 +70,37 @@ def test_the_command_line_names_a_bad_setting_in_one_line(setting, value, messag
     assert result.exit_code == 1
     assert result.output.startswith("Error: configuration: ") and message in result.output
     assert "Traceback" not in result.output and "hunter2" not in result.output
+
+
+def test_unknown_queuelog_variables_are_warned_about_at_start(tmp_path, monkeypatch, capsys):
+    for name in [n for n in os.environ if n.startswith("QUEUELOG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("QUEUELOG_DATABASE_URL", f"sqlite:///{tmp_path}/q.sqlite3")
+    monkeypatch.setenv("QUEUELOG_SECRET_KEY", "x")
+    monkeypatch.setenv("QUEUELOG_BOOTSTRAP_ADMIN", "false")
+    monkeypatch.setenv("QUEUELOG_LEASE_SECOND", "60")                     # a typo
+    monkeypatch.setenv("QUEUELOG_FROBNICATE", "1")                        # nothing like it
+    monkeypatch.setenv("QUEUELOG_JOB_TYPES__email", "{}")                 # nested: a setting
+    monkeypatch.setenv("QUEUELOG_SESSION_COOKIE_SECURE", "true")          # Flask's own
+    for name in ("QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",  # the runner's
+                 "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID"):          # tests', jobs'
+        monkeypatch.setenv(name, "x")
+    create_app().extensions["queuelog.store"].close()
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warned == [
+        "queuelog: warning: QUEUELOG_FROBNICATE is not a queuelog setting; it is ignored",
+        "queuelog: warning: QUEUELOG_LEASE_SECOND is not a queuelog setting; it is ignored "
+        "(did you mean QUEUELOG_LEASE_SECONDS?)"]
+
+
+def test_the_start_says_where_the_database_is_with_the_password_masked(tmp_path, capsys):
+    app = create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3", "SECRET_KEY": "x",
+                      "BOOTSTRAP_ADMIN": False})
+    app.testing = False  # (the tests' apps stay quiet)
+    bootstrap_admin(app)
+    assert f"queuelog: database sqlite:///{tmp_path}/q.sqlite3" in capsys.readouterr().err
+    app.extensions["queuelog.store"].close()
+    shown = database_location("postgresql+psycopg://ops:hunter2@db.internal:5432/queue")
+    assert shown == "postgresql+psycopg://ops:***@db.internal:5432/queue"
+    assert database_location("sqlite:///relative.sqlite3") == \
+        f"sqlite:///{os.path.abspath('relative.sqlite3')}"
