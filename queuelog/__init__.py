@@ -33,6 +33,13 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     app.url_map.converters["job_id"] = JobIdConverter
     config.load(app, test_config)
     instance.protect(app.instance_path, app.config["DATABASE_URL"])
+    if app.config["PROXY_COUNT"]:
+        # Behind N proxies the client's address (the sign-in throttle's key) and scheme come
+        # from X-Forwarded-For/-Proto; without them those headers are ignored, as anyone can
+        # send them. The Host stays the one the proxy passed on (TRUSTED_HOSTS checks it).
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        count = app.config["PROXY_COUNT"]
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count)  # type: ignore
     errors.init_app(app)
     store.init_app(app)
     auth.init_app(app)

@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
     "PASSWORD_HASH_SLOTS": 1,    # password hashes one process computes at once
     "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
+    "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
 }
 
 
@@ -49,6 +50,7 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "DEFAULT_MAX_RETRIES": (0, 25),         # the range a request's max_retries has
     "COUNT_CAP": (1, 10**9),
     "PASSWORD_HASH_SLOTS": (1, 1024),
+    "PROXY_COUNT": (0, 10),
 }
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from helpers import basic, quick_hash
 from queuelog import bootstrap_admin, create_app, database_location
 from queuelog.config import ConfigError
 
@@ -104,3 +105,37 @@ def test_the_start_says_where_the_database_is_with_the_password_masked(tmp_path,
     assert shown == "postgresql+psycopg://ops:***@db.internal:5432/queue"
     assert database_location("sqlite:///relative.sqlite3") == \
         f"sqlite:///{os.path.abspath('relative.sqlite3')}"
+
+
+def test_a_forged_host_is_refused_when_trusted_hosts_is_set(tmp_path):
+    app = build(tmp_path, TRUSTED_HOSTS=["queue.example.com"])
+    app.extensions["queuelog.store"].accounts.create_user("ada", quick_hash("pw-123456"), "admin")
+    client, ada = app.test_client(), basic("ada", "pw-123456")
+    assert client.get("/", headers={"Host": "queue.example.com", **ada}).status_code == 302
+    for path in ("/", "/ui/", "/jobs", "/healthz"):
+        resp = client.get(path, headers={"Host": "evil.example", **ada})
+        assert resp.status_code == 400 and "Location" not in resp.headers, path
+        assert resp.mimetype == "application/problem+json"
+    assert client.get("/jobs", headers={"Host": "evil.example"}).status_code == 401  # auth first
+    (tmp_path / "open").mkdir()
+    open_app = build(tmp_path / "open")  # without the setting any Host is served
+    open_app.extensions["queuelog.store"].accounts.create_user("ada", quick_hash("pw-123456"),
+                                                               "admin")
+    assert open_app.test_client().get("/", headers={"Host": "evil.example", **ada}
+                                      ).status_code == 302
+
+
+def test_proxy_count_takes_the_client_address_from_x_forwarded_for(tmp_path):
+    """Behind a proxy the throttle must key on the client, and only then trust the header."""
+    for count, throttled_apart in ((0, False), (1, True)):
+        (tmp_path / str(count)).mkdir()
+        app = build(tmp_path / str(count), PROXY_COUNT=count)
+        client = app.test_client()
+        for _ in range(10):
+            client.get("/jobs", headers={**basic("ada", "guess"), "X-Forwarded-For": "10.0.0.1"},
+                       environ_base={"REMOTE_ADDR": "127.0.0.1"})
+        other = client.get("/jobs", headers={**basic("ada", "guess"),
+                                             "X-Forwarded-For": "10.0.0.2"},
+                           environ_base={"REMOTE_ADDR": "127.0.0.1"})
+        assert other.status_code == (401 if throttled_apart else 429), count
+        app.extensions["queuelog.store"].close()
