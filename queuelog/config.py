@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "PASSWORD_HASH_SLOTS": 1,    # password hashes one process computes at once
     "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
     "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
+    "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
 }
 
 
@@ -51,6 +52,7 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "COUNT_CAP": (1, 10**9),
     "PASSWORD_HASH_SLOTS": (1, 1024),
     "PROXY_COUNT": (0, 10),
+    "LONG_POLL_SLOTS": (0, 10_000),         # 0: no claim waits (each answers at once)
 }
 
 

@@ -96,3 +96,29 @@ users = Table(
     Column("role", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
 )
+
+# Who changed what: one row per admin or operator action (CONTRACT "Audit log"). The
+# detail is a small JSON object; never a token, password, payload or error text.
+audit_events = Table(
+    "audit_events", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("at", BigInteger, nullable=False),
+    Column("actor", String(100), nullable=False),
+    Column("action", String(50), nullable=False),
+    Column("target", String(255)),
+    Column("detail", Text),
+    sqlite_autoincrement=True,
+)
+Index("ix_audit_action_id", audit_events.c.action, audit_events.c.id)
+Index("ix_audit_actor_id", audit_events.c.actor, audit_events.c.id)
+Index("ix_audit_at", audit_events.c.at)
+
+# One row per paused job type; no row means the type runs. In the database, so a pause holds
+# across restarts and for every app server.
+paused_types = Table(
+    "paused_types", metadata,
+    Column("type", String(100), primary_key=True),
+    Column("paused_at", BigInteger, nullable=False),
+    Column("paused_by", String(100), nullable=False),
+)

@@ -187,6 +187,7 @@ def init_app(app: Flask) -> None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"  # the session holds the CSRF secret
     app.register_blueprint(bp)
     app.register_error_handler(CSRFError, _csrf_failed)
+    app.extensions["queuelog.html_error"] = _error_page  # errors.unavailable: the 503 page
     app.after_request(_secure_headers)
     app.add_url_rule("/", "index", _root)
     app.jinja_env.filters.update(ts=_ts, iso=isoformat, count=_count, prio=_prio,
