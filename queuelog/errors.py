@@ -89,6 +89,12 @@ class IdempotencyMismatch(QueuelogError):
     status, slug, title = 422, "idempotency-key-mismatch", "Idempotency key reused"
 
 
+class TooManyRequests(QueuelogError):
+    """Too many failed sign-ins (or password checks at once); carries Retry-After."""
+
+    status, slug, title = 429, "too-many-requests", "Too many requests"
+
+
 # -- the database went away ------------------------------------------------------------
 UNAVAILABLE_RETRY_AFTER = 1  # seconds; a PostgreSQL restart takes a few, clients back off
 UNAVAILABLE_DETAIL = ("The database is not answering right now; nothing was changed by this "

@@ -16,7 +16,6 @@ from .audit import record
 from .engine import Clock, system_clock, writer
 
 TOKEN_BYTES = 32
-NAME_LOCK = 7262018  # PostgreSQL advisory lock: key and user names (engine.py's schema lock + 1)
 
 
 def hash_token(token: str) -> str:
@@ -69,7 +68,7 @@ class Accounts:
         self._user_named = select(users.c.id).where(users.c.username == bindparam("name"))
         self._active_key_named = select(api_keys.c.id).where(
             api_keys.c.name == bindparam("name"), api_keys.c.revoked_at.is_(None))
-        self._name_lock = text("SELECT pg_advisory_xact_lock(:key)").bindparams(key=NAME_LOCK)
+        self._name_lock = text("SELECT pg_advisory_xact_lock(7262018)")  # key and user names
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
                    max_priority: int = 10, actor: str | None = None) -> tuple[ApiKey, str]:
