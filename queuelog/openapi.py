@@ -143,7 +143,8 @@ ERRORS = {
     413: "Body over MAX_CONTENT_LENGTH.",
     415: "The body is not application/json (required with HTTP Basic).",
     422: "A field fails validation; see `errors`.",
-    503: "The database does not answer.",
+    503: "The database does not answer or dropped the connection (the outcome of a write may "
+         "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
 }
 
 
@@ -155,6 +156,8 @@ def _problems(*codes: int) -> JSON:
                           "content": {PROBLEM: {"schema": _ref("Problem")}}}
         if code == 401:
             out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
+        if code == 503:
+            out[str(code)]["headers"] = {"Retry-After": _header("Seconds.")}
     return out
 
 
@@ -167,7 +170,7 @@ def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
         security: Any = ANY_AUTH, **extra: Any) -> JSON:
     """One operation: its success responses plus problem+json for each error code."""
     return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
-            "security": security, "responses": {**responses, **_problems(*codes)}, **extra}
+            "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
 
 
 JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JOB_ID)}
@@ -215,7 +218,12 @@ def _paths() -> JSON:
     }
     claimed = {"200": _json({"anyOf": [job, _ref("JobList")]}, "The claimed job, now running; "
                             "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty)."),
-               "204": {"description": "No job came due within `wait` (without `max_jobs`)."}}
+               "204": {"description": "No job came due within `wait` (without `max_jobs`); with "
+                              "`Retry-After: 1` when no long-poll slot was free (it did not "
+                              "wait).",
+                       "headers": {"Retry-After": {
+                           "description": "`1` when no slot was free.", "required": False,
+                           "schema": {"type": "string"}}}}}
     batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
              "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
     per_item = {"200": _json(_ref("ItemResults"), "One result per item, in request order.")}
@@ -257,7 +265,7 @@ def _paths() -> JSON:
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
         "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
-                                {"200": _json(_ref("Health"), "Healthy.")}, 503, security=[])},
+                                {"200": _json(_ref("Health"), "Healthy.")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
                                 401, 403)},
         "/openapi.json": {"get": _op("openapi", "This document", "any authenticated caller", {

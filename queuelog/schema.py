@@ -57,6 +57,9 @@ Index("ix_jobs_producer_id", jobs.c.producer, jobs.c.id)
 Index("ix_jobs_worker_id", jobs.c.worker_id, jobs.c.id)
 # Retention deletes the oldest finished jobs first, in batches.
 Index("ix_jobs_status_finished", jobs.c.status, jobs.c.finished_at)
+# The oldest due pending job of a type (GET /types, queue age): one seek per type.
+Index("ix_jobs_pending_type_run", jobs.c.type, jobs.c.run_at,
+      sqlite_where=text("status = 'pending'"), postgresql_where=text("status = 'pending'"))
 
 job_attempts = Table(
     "job_attempts", metadata,
@@ -95,4 +98,30 @@ users = Table(
     Column("password_hash", String(255), nullable=False),
     Column("role", String(16), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+)
+
+# Who changed what: one row per admin or operator action (CONTRACT "Audit log"). The
+# detail is a small JSON object; never a token, password, payload or error text.
+audit_events = Table(
+    "audit_events", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("at", BigInteger, nullable=False),
+    Column("actor", String(100), nullable=False),
+    Column("action", String(50), nullable=False),
+    Column("target", String(255)),
+    Column("detail", Text),
+    sqlite_autoincrement=True,
+)
+Index("ix_audit_action_id", audit_events.c.action, audit_events.c.id)
+Index("ix_audit_actor_id", audit_events.c.actor, audit_events.c.id)
+Index("ix_audit_at", audit_events.c.at)
+
+# One row per paused job type; no row means the type runs. In the database, so a pause holds
+# across restarts and for every app server.
+paused_types = Table(
+    "paused_types", metadata,
+    Column("type", String(100), primary_key=True),
+    Column("paused_at", BigInteger, nullable=False),
+    Column("paused_by", String(100), nullable=False),
 )

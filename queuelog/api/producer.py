@@ -7,13 +7,14 @@ from typing import Any
 
 from flask import Blueprint, current_app, request, url_for
 
+from .. import actions, metrics
 from ..auth import Principal, current_user, require
 from ..errors import Forbidden, ValidationFailed
 from ..jobs import Priority
 from ..schemas import MAX_DELAY_SECONDS  # noqa: F401  (re-exported: its old home)
 from ..store import NewJob, get_store
 from ..validation import body, compact, field_errors, given, idempotency_header, timestamp_us
-from . import job_json, notify, scope_of
+from . import job_json, notify
 
 bp = Blueprint("producer", __name__)
 
@@ -40,6 +41,7 @@ def enqueue() -> Any:
     location = {"Location": url_for("read.get_job", job_id=job.id)}
     if created:
         notify()
+        metrics.jobs_enqueued(job.type)
         return job_json(job), 201, location
     return job_json(job), 200, {"Idempotent-Replayed": "true", **location}
 
@@ -77,6 +79,9 @@ def enqueue_batch() -> Any:
     created = len(replayed) < len(jobs)
     if created:
         notify()
+        fresh = set(range(len(jobs))) - set(replayed)
+        for job_type in {jobs[i].type for i in fresh}:
+            metrics.jobs_enqueued(job_type, sum(1 for i in fresh if jobs[i].type == job_type))
     return {"jobs": [job_json(j) for j in jobs], "replayed": replayed}, 201 if created else 200
 
 
@@ -85,7 +90,7 @@ def enqueue_batch() -> Any:
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
     body("Empty")  # a body, if sent, must be a JSON object with no fields
-    return job_json(get_store().cancel(job_id, scope_of(current_user())))
+    return job_json(actions.cancel(current_user(), job_id))
 
 
 def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Errors,

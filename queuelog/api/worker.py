@@ -5,19 +5,21 @@ The worker's identity is always its key's name (V-04); a ``worker_id`` in a body
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from flask import Blueprint, current_app
+from flask import Blueprint, current_app, request
 
+from .. import metrics
 from ..auth import current_user, require
 from ..errors import Forbidden, QueuelogError
 from ..jobs import Job
+from ..longpoll import Outcome, long_polls
 from ..sanitize import sanitize_error
 from ..schemas import MAX_LEASE, MAX_WAIT  # noqa: F401  (re-exported: their old home)
 from ..store import get_store
 from ..validation import body, compact, field_errors, given
-from . import job_json, wakeup
+from . import job_json
+from .disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
@@ -38,33 +40,37 @@ def claim() -> Any:
     if types is None:
         types = list(who.types) if who.types is not None else None
     max_jobs = given(data, "max_jobs")
-    jobs = _claim_waiting(who.name, types, given(data, "lease_seconds"),
-                          given(data, "wait", 0), max_jobs or 1)
+    outcome = _claim_waiting(who.name, types, given(data, "lease_seconds"),
+                             given(data, "wait", 0), max_jobs or 1)
+    headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
     if max_jobs is not None:
-        return {"jobs": [job_json(j) for j in jobs]}
-    if not jobs:
-        return "", 204
-    return job_json(jobs[0])
+        return {"jobs": [job_json(j) for j in outcome.jobs]}, 200, headers
+    if not outcome.jobs:
+        return "", 204, headers
+    return job_json(outcome.jobs[0])
 
 
 def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
-                   wait: float, max_jobs: int = 1) -> list[Job]:
-    """Claim now; if nothing is due, retry until ``wait`` runs out, woken by enqueues."""
+                   wait: float, max_jobs: int = 1) -> Outcome[Job]:
+    """Claim now; if nothing is due, look again until ``wait`` runs out (``longpoll``)."""
     store = get_store()
-    deadline = time.monotonic() + wait
-    pause = 0.05
-    bell = wakeup()
-    while True:
-        seen = bell.count
+    token = _bearer_token()
+
+    def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        jobs = store.claim_many(worker, max_jobs, lease_seconds=lease, types=types)
-        remaining = deadline - time.monotonic()
-        if jobs or remaining <= 0:
-            return jobs
-        # Enqueues in this process wake us at once; those of other processes (or a
-        # run_at coming due) are found by the next try, at most a second later.
-        bell.wait_after(seen, min(pause, remaining))
-        pause = min(pause * 2, 1.0)
+        return store.claim_many(worker, max_jobs, lease_seconds=lease, types=types)
+
+    def still_wanted() -> bool:
+        # A key revoked while its claim waits must not get a job it could never complete,
+        # nor a client that went away (a stopped worker): nobody would receive the job.
+        return not client_gone() and store.accounts.key_for_token(token) is not None
+
+    return long_polls().claim(try_claim, wait, still_wanted)
+
+
+def _bearer_token() -> str:
+    """The request's API key (workers are keys: ``require`` has checked it)."""
+    return request.headers.get("Authorization", "").split(None, 1)[1].strip()
 
 
 @bp.post(f"/jobs/{JOB_ID}/heartbeat")
@@ -84,8 +90,9 @@ def complete(job_id: int) -> Any:
     data = body("CompleteRequest", errors)
     result_json = _result_json(data, "result", errors)
     field_errors(errors)
-    return job_json(get_store().complete(job_id, current_user().name, data["attempt"],
-                                         result_json))
+    job = get_store().complete(job_id, current_user().name, data["attempt"], result_json)
+    metrics.attempt_finished(job.type, "completed")
+    return job_json(job)
 
 
 @bp.post(f"/jobs/{JOB_ID}/fail")
@@ -93,9 +100,10 @@ def complete(job_id: int) -> Any:
 def fail(job_id: int) -> Any:
     """Fail a held attempt: retried after backoff, or failed for good."""
     data = body("FailRequest")
-    return job_json(get_store().fail(job_id, current_user().name, data["attempt"],
-                                     _clean_error(data), retry=given(data, "retry", True),
-                                     retry_in=given(data, "retry_in")))
+    job = get_store().fail(job_id, current_user().name, data["attempt"], _clean_error(data),
+                           retry=given(data, "retry", True), retry_in=given(data, "retry_in"))
+    metrics.attempt_finished(job.type, "failed")
+    return job_json(job)
 
 
 @bp.post("/jobs/complete")
@@ -109,6 +117,7 @@ def complete_batch() -> Any:
     field_errors(errors)
     done = get_store().complete_many(current_user().name, [
         (item["id"], item["attempt"], result) for item, result in zip(items, results)])
+    _count(done, "completed")
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
 
@@ -122,6 +131,7 @@ def fail_batch() -> Any:
     done = get_store().fail_many(current_user().name, [
         (item["id"], item["attempt"], _clean_error(item), given(item, "retry", True),
          given(item, "retry_in")) for item in items])
+    _count(done, "failed")
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
 
@@ -157,6 +167,13 @@ def _result_json(data: dict[str, Any], field: str, errors: Errors) -> str | None
 def _clean_error(data: dict[str, Any]) -> str:
     """The worker's error text, sanitized and cut before it is stored (V-10)."""
     return sanitize_error(given(data, "error", ""), current_app.config["MAX_ERROR_BYTES"])
+
+
+def _count(done: list[Job | QueuelogError], outcome: str) -> None:
+    """Count the attempts a batch finished (metrics)."""
+    for got in done:
+        if isinstance(got, Job):
+            metrics.attempt_finished(got.type, outcome)
 
 
 def _outcome(job_id: int, got: Job | QueuelogError) -> dict[str, Any]:

@@ -7,11 +7,12 @@ import json
 import secrets
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
 from ..schema import api_keys, users
+from .audit import record
 from .engine import Clock, system_clock, writer
 
 TOKEN_BYTES = 32
@@ -59,20 +60,34 @@ class Accounts:
         self._write = writer(engine)
         self.clock = clock
         # Every Bearer request runs this lookup: built once, like the queue's statements.
-        self._by_hash = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"),
-                                               api_keys.c.revoked_at.is_(None))
+        # A key whose name is also a username (an older database; the commands refuse to
+        # make one now) is refused, so that it can never act as that person (one name space).
+        self._by_hash = select(api_keys).where(
+            api_keys.c.token_hash == bindparam("digest"), api_keys.c.revoked_at.is_(None),
+            ~select(users.c.id).where(users.c.username == api_keys.c.name).exists())
+        self._user_named = select(users.c.id).where(users.c.username == bindparam("name"))
+        self._active_key_named = select(api_keys.c.id).where(
+            api_keys.c.name == bindparam("name"), api_keys.c.revoked_at.is_(None))
+        self._name_lock = text("SELECT pg_advisory_xact_lock(7262018)")  # key and user names
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
-                   max_priority: int = 10) -> tuple[ApiKey, str]:
-        """Store a new key; return it and its token (shown once, never stored)."""
+                   max_priority: int = 10, actor: str | None = None) -> tuple[ApiKey, str]:
+        """Store a new key; return it and its token (shown once, never stored or audited)."""
         token = "ql_" + secrets.token_urlsafe(TOKEN_BYTES)
         try:
             with self._write.begin() as conn:
+                self._lock_names(conn)
+                if conn.execute(self._user_named, {"name": name}).first() is not None:
+                    raise Conflict(f"A user is named {name!r}: keys and users share one "
+                                   "name space; choose another name.")
                 row = conn.execute(insert(api_keys).values(
                     name=name, role=role, token_hash=hash_token(token),
                     types=None if types is None else json.dumps(types),
                     max_priority=max_priority, created_at=self.clock())
                     .returning(*api_keys.c)).one()
+                if actor is not None:
+                    record(conn, row.created_at, actor, "key.create", name,
+                           {"role": role, "types": types, "max_priority": max_priority})
         except IntegrityError:
             raise Conflict(f"An active key named {name!r} exists; revoke it first.") from None
         return ApiKey.from_row(row), token
@@ -94,23 +109,41 @@ class Accounts:
             rows = conn.execute(select(api_keys).order_by(api_keys.c.id)).all()
         return [ApiKey.from_row(r) for r in rows]
 
-    def revoke_key(self, name: str) -> bool:
+    def revoke_key(self, name: str, actor: str | None = None) -> bool:
         """Revoke the active key of this name; False if there is none."""
         with self._write.begin() as conn:
+            now = self.clock()
             done = conn.execute(update(api_keys).where(
                 api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=self.clock()))
-        return done.rowcount > 0
+                .values(revoked_at=now)).rowcount > 0
+            if done and actor is not None:
+                record(conn, now, actor, "key.revoke", name)
+        return done
 
-    def create_user(self, username: str, password_hash: str, role: str) -> User:
+    def create_user(self, username: str, password_hash: str, role: str,
+                    actor: str | None = None) -> User:
         """Add a person; Conflict if the name is taken."""
         try:
             with self._write.begin() as conn:
+                self._lock_names(conn)
+                if conn.execute(self._active_key_named, {"name": username}).first() is not None:
+                    raise Conflict(f"An active key is named {username!r}: keys and users share "
+                                   "one name space; choose another name.")
+                now = self.clock()
                 conn.execute(insert(users).values(username=username, password_hash=password_hash,
-                                                  role=role, created_at=self.clock()))
+                                                  role=role, created_at=now))
+                if actor is not None:
+                    record(conn, now, actor, "user.create", username, {"role": role})
         except IntegrityError:
             raise Conflict(f"User {username!r} exists.") from None
         return User(username, role, password_hash)
+
+    def _lock_names(self, conn: Connection) -> None:
+        # Check-then-insert across two tables: a key and a user of one name created at once
+        # must not both pass the check. SQLite's IMMEDIATE write transaction already
+        # serializes writers; PostgreSQL gets a transaction-scoped advisory lock.
+        if conn.dialect.name == "postgresql":
+            conn.execute(self._name_lock)
 
     def has_users(self) -> bool:
         """Whether any user exists."""
@@ -125,8 +158,11 @@ class Accounts:
         """
         try:
             with self._write.begin() as conn:
+                self._lock_names(conn)
                 if conn.execute(select(func.count()).select_from(users)).scalar_one():
                     return False
+                if conn.execute(self._active_key_named, {"name": username}).first() is not None:
+                    return False  # one name space: a key already is this identity
                 conn.execute(insert(users).values(username=username, password_hash=password_hash,
                                                   role=role, created_at=self.clock()))
         except IntegrityError:
@@ -139,16 +175,22 @@ class Accounts:
             rows = conn.execute(select(users).order_by(users.c.username)).all()
         return [User(r.username, r.role, r.password_hash) for r in rows]
 
-    def delete_user(self, username: str) -> bool:
+    def delete_user(self, username: str, actor: str | None = None) -> bool:
         """Remove a person; False if there is none of that name."""
         with self._write.begin() as conn:
-            return conn.execute(delete(users).where(users.c.username == username)).rowcount > 0
+            done = conn.execute(delete(users).where(users.c.username == username)).rowcount > 0
+            if done and actor is not None:
+                record(conn, self.clock(), actor, "user.delete", username)
+            return done
 
-    def set_password(self, username: str, password_hash: str) -> bool:
+    def set_password(self, username: str, password_hash: str, actor: str | None = None) -> bool:
         """Replace a person's password; False if there is none of that name."""
         with self._write.begin() as conn:
-            return conn.execute(update(users).where(users.c.username == username)
+            done = conn.execute(update(users).where(users.c.username == username)
                                 .values(password_hash=password_hash)).rowcount > 0
+            if done and actor is not None:
+                record(conn, self.clock(), actor, "user.password", username)
+            return done
 
     def user(self, username: str) -> User | None:
         """The user of this name, or None."""
