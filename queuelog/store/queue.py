@@ -158,6 +158,12 @@ class Queue:
         self._fail_now = {o: dead.where(*running, *([own] if o else [])).returning(*jobs.c)
                           for o in (False, True)}
         self._by_id = select(jobs).where(jobs.c.id == b("jid"))
+        self._by_ids = select(jobs).where(jobs.c.id.in_(b("ids", expanding=True)))
+        # complete_many: the same fenced UPDATE, without RETURNING, for executemany.
+        self._complete_each = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
+                               .values(status=Status.COMPLETED.value, result=b("res"),
+                                       lease_expires_at=None, finished_at=b("now"),
+                                       updated_at=b("now")))
         self._by_key = select(jobs).where(jobs.c.producer == b("producer"),
                                           jobs.c.idempotency_key == b("key"))
         self._by_keys = select(jobs).where(jobs.c.producer == b("producer"),
@@ -303,12 +309,39 @@ class Queue:
 
     def complete_many(self, worker: str, items: Sequence[tuple[int, int, str | None]],
                       ) -> list[Job | QueuelogError]:
-        """Complete many held jobs (id, attempt, result JSON) in one transaction, each
-        fenced on its own: a refused item changes nothing and is answered by its error."""
+        """Complete many held jobs (id, attempt, result JSON; ids distinct) in one
+        transaction, each fenced on its own: a refused item changes nothing and is answered
+        by its error.
+
+        The fenced UPDATE runs once per item but as one executemany, then one read tells
+        which took: a row completed by this worker at this attempt at this transaction's
+        ``now`` (measured: a third of the cost of a statement per item, which was half of
+        a 100-job batch lifecycle's time).
+        """
+        if not items:
+            return []
         with self._write.begin() as conn:
             now = self.clock()
-            return [self._complete_one(conn, now, job_id, worker, attempt, result)
-                    for job_id, attempt, result in items]
+            conn.execute(self._complete_each, [
+                {"jid": job_id, "att": attempt, "wkr": worker, "now": now, "res": result}
+                for job_id, attempt, result in items])
+            rows = {r.id: r for r in conn.execute(
+                self._by_ids, {"ids": [job_id for job_id, _, _ in items]})}
+            out: list[Job | QueuelogError] = []
+            ended = []
+            for job_id, attempt, _ in items:
+                row = rows.get(job_id)
+                if (row is not None and row.status == Status.COMPLETED.value
+                        and row.attempt == attempt and row.worker_id == worker
+                        and row.finished_at == now):
+                    out.append(Job.from_row(row._mapping))
+                    ended.append({"jid": job_id, "att": attempt, "now": now,
+                                  "outcome": Outcome.COMPLETED.value, "error": None})
+                else:
+                    out.append(_refusal(row, job_id, worker, attempt))
+            if ended:
+                conn.execute(self._attempt_end, ended)
+            return out
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
                       attempt: int, result_json: str | None) -> Job | QueuelogError:
@@ -417,15 +450,8 @@ class Queue:
     def _refusal(self, conn: Connection, job_id: int, worker: str,
                  attempt: int) -> QueuelogError:
         """Why a worker call matched no row, as the right domain error (not raised)."""
-        row = conn.execute(self._by_id, {"jid": job_id}).first()
-        if row is None:
-            return JobNotFound(f"No job {job_id}.")
-        if row.worker_id != worker:
-            return NotHolder(f"Job {job_id} is not held by {worker}.")
-        if row.attempt != attempt:
-            return StaleAttempt(f"Attempt {attempt} is stale; the job is at attempt "
-                                f"{row.attempt}.")
-        return WrongState(f"Job {job_id} is {row.status}, not running.")
+        return _refusal(conn.execute(self._by_id, {"jid": job_id}).first(), job_id, worker,
+                        attempt)
 
     def _expire_leases(self, conn: Connection, now: int) -> None:
         for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
@@ -459,6 +485,18 @@ class Queue:
         conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
                                          "outcome": outcome.value, "error": error})
         return Job.from_row(updated._mapping)
+
+
+def _refusal(row: Any, job_id: int, worker: str, attempt: int) -> QueuelogError:
+    """Why a worker call on the job now in ``row`` (None: no such job) was refused."""
+    if row is None:
+        return JobNotFound(f"No job {job_id}.")
+    if row.worker_id != worker:
+        return NotHolder(f"Job {job_id} is not held by {worker}.")
+    if row.attempt != attempt:
+        return StaleAttempt(f"Attempt {attempt} is stale; the job is at attempt "
+                            f"{row.attempt}.")
+    return WrongState(f"Job {job_id} is {row.status}, not running.")
 
 
 def _or_raise(got: Job | QueuelogError) -> Job:
