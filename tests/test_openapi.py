@@ -101,8 +101,10 @@ def _stateful_key(case: Any) -> bool:
         return any(isinstance(i, dict) and i.get("idempotency_key") is not None
                    for i in items)
     if path in ("/jobs/complete", "/jobs/fail"):
-        ids = [i.get("id") for i in items if isinstance(i, dict)]
-        return len(ids) != len(set(map(repr, ids)))
+        # As the server compares them: 1 and 1.0 are the same id.
+        ids = [repr(float(i)) if type(i) in (int, float) else repr(i)
+               for i in (item.get("id") for item in items if isinstance(item, dict))]
+        return len(ids) != len(set(ids))
     return False
 
 
