@@ -235,7 +235,11 @@ class Client:
         if resp.status_code == 204:
             return None
         if resp.is_success:
-            return resp.json()
+            try:
+                return resp.json()
+            except ValueError:
+                raise ClientError(f"{self.url}: the answer to {method} /{path} is not JSON; "
+                                  "is this a queuelog server?") from None
         raise _problem(resp)
 
 

@@ -91,19 +91,31 @@ class Runner:
         with self._log_lock:
             print(f"queuelog work: {line}", file=self._log_to, flush=True)
 
-    def _refused(self, exc: ProblemError) -> None:
+    def give_up(self, reason: str, *, kill: bool) -> None:
+        """Stop for good, exit status 1, with one line; ``kill``: the running commands too."""
         if self._fatal is None:
-            self._fatal = f"the server refused this key ({exc.status}): {exc.detail}"
-            self.log(self._fatal)
+            self._fatal = reason
+            self.log(reason)
         self._stop.set()
-        self._hard_end = time.monotonic() + HARD_STOP_SECONDS
-        self._hard.set()
+        if kill:
+            self._hard_end = time.monotonic() + HARD_STOP_SECONDS
+            self._hard.set()
         with self._state:
             self._state.notify_all()
+
+    def refused(self, exc: ProblemError) -> None:
+        """The server refused the key (401, 403): nothing this runner sends can land."""
+        self.give_up(f"the server refused this key ({exc.status}): {exc.detail}", kill=True)
 
     # -- the poller ----------------------------------------------------------------------------
 
     def _poll(self) -> None:
+        try:
+            self._poll_loop()
+        except Exception as exc:  # a bug, or a URL that is not a queuelog server's
+            self.give_up(f"stopped claiming: {type(exc).__name__}: {exc}", kill=False)
+
+    def _poll_loop(self) -> None:
         tries = 0
         while not self._stop.is_set():
             with self._state:
@@ -116,8 +128,12 @@ class Runner:
             try:
                 jobs = self._claim(free)
             except ProblemError as exc:
-                if not exc.transient:
-                    self._refused(exc) if exc.status in (401, 403) else self._bad_request(exc)
+                if exc.status in (401, 403):
+                    self.refused(exc)
+                    return
+                if not exc.transient:  # a 4xx to a claim (an unknown type) repeats forever
+                    self.give_up(f"the server refused the claim ({exc.status}): {exc.detail}",
+                                 kill=False)
                     return
                 tries = self._pause(tries, f"{exc.status} {exc.detail}", exc.retry_after)
                 continue
@@ -154,14 +170,6 @@ class Runner:
                     min(retry_after or 0, CLAIM_BACKOFF_CAP))
         self._stop.wait(delay)
         return tries + 1
-
-    def _bad_request(self, exc: ProblemError) -> None:
-        # A 4xx to a claim (an unknown type, say) repeats forever: stop with the reason.
-        self._fatal = f"the server refused the claim ({exc.status}): {exc.detail}"
-        self.log(self._fatal)
-        self._stop.set()
-        with self._state:
-            self._state.notify_all()
 
     def _start(self, job: dict[str, Any]) -> None:
         with self._state:
@@ -259,7 +267,7 @@ class JobRun:
                 if self.done.is_set():
                     return
                 if exc.status in (401, 403):
-                    self.runner._refused(exc)
+                    self.runner.refused(exc)
                     return
                 if exc.status in (404, 409):
                     self.lost.set()
@@ -284,7 +292,7 @@ class JobRun:
             if exc.status == 422 and quiet_422:
                 raise
             if exc.status in (401, 403):
-                self.runner._refused(exc)
+                self.runner.refused(exc)
             # 409: the lease ran out and the job went back (or to someone else) meanwhile.
             self._log("lost" if exc.status in (404, 409) else f"unreported ({exc.status})")
             return
