@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint, current_app, request
 
+from .. import metrics
 from ..auth import current_user, require
 from ..errors import Forbidden
 from ..jobs import Job
@@ -98,7 +99,9 @@ def complete(job_id: int) -> Any:
     if result_json is not None and len(result_json.encode("utf-8")) > limit:
         f.error("result", f"Larger than {limit} bytes as compact JSON.")
     f.check()
-    return job_json(get_store().complete(job_id, current_user().name, attempt, result_json))
+    job = get_store().complete(job_id, current_user().name, attempt, result_json)
+    metrics.attempt_finished(job.type, "completed")
+    return job_json(job)
 
 
 @bp.post(f"/jobs/{JOB_ID}/fail")
@@ -112,5 +115,7 @@ def fail(job_id: int) -> Any:
     retry_in = f.number("retry_in", 0, 86_400, default=None)
     f.check()
     clean = sanitize_error(error, current_app.config["MAX_ERROR_BYTES"])
-    return job_json(get_store().fail(job_id, current_user().name, attempt, clean,
-                                     retry=retry, retry_in=retry_in))
+    job = get_store().fail(job_id, current_user().name, attempt, clean, retry=retry,
+                           retry_in=retry_in)
+    metrics.attempt_finished(job.type, "failed")
+    return job_json(job)
