@@ -12,8 +12,9 @@ import sys
 import threading
 import time
 from datetime import datetime
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
+from .answers import Answers
 from .client import Client, ClientError, ProblemError, Unreachable, backoff
 from .jobprocess import ERROR_BYTES, JobProcess, describe_exit, parse_result
 
@@ -48,6 +49,7 @@ class Runner:
         self._fatal: str | None = None
         self._batch_claims = concurrency > 1
         self._env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        self.answers = Answers(client)
 
     # -- the main thread -----------------------------------------------------------------------
 
@@ -219,7 +221,7 @@ class JobRun:
                               self.runner.child_env(self.job))
         except OSError as exc:  # deleted or made unexecutable since the runner started
             error = f"cannot run {self.runner.command[0]}: {exc}"
-            self._answer("failed", lambda: self.client.fail(self.job, error))
+            self._fail("failed", error)
             return
         beat = threading.Thread(target=self._heartbeats, args=(proc,), daemon=True)
         beat.start()
@@ -231,16 +233,15 @@ class JobRun:
             return
         if ended == "timeout":
             error = f"timed out after {self.runner.timeout:g} s"
-            self._answer("timed-out", lambda: self.client.fail(self.job, error))
+            self._fail("timed-out", error)
         elif ended == "stopped":
             error = _with_stderr("stopped: the worker shut down and the grace period ended",
                                  proc)
-            self._answer("stopped", lambda: self.client.fail(self.job, error, retry_in=0))
+            self._fail("stopped", error, retry_in=0)
         elif code == 0:
             self._complete(parse_result(proc.stdout))
         else:
-            error = _with_stderr(describe_exit(code), proc)
-            self._answer("failed", lambda: self.client.fail(self.job, error))
+            self._fail("failed", _with_stderr(describe_exit(code), proc))
 
     def _watch(self, proc: JobProcess) -> str:
         """Wait for the command to exit, or kill it; returns why it ended."""
@@ -277,17 +278,25 @@ class JobRun:
                 pass  # retried until the lease would have run out; keep trying on schedule
 
     def _complete(self, result: dict[str, Any] | None) -> None:
+        item = {} if result is None else {"result": result}
         try:
-            self._answer("completed", lambda: self.client.complete(self.job, result),
-                         quiet_422=True)
+            self._answer("completed", "complete", item, quiet_422=True)
         except ProblemError as exc:  # 422: a result over the server's size limit
             error = f"the server refused the result ({exc.status}): {exc.detail}"
-            self._answer("failed", lambda: self.client.fail(self.job, error, retry=False))
+            self._fail("failed", error, retry=False)
 
-    def _answer(self, outcome: str, send: Callable[[], Any], quiet_422: bool = False) -> None:
-        """Send the answer (the client retries it until it lands or the lease runs out)."""
+    def _fail(self, outcome: str, error: str, *, retry: bool = True,
+              retry_in: float | None = None) -> None:
+        item: dict[str, Any] = {"error": error, "retry": retry}
+        if retry_in is not None:
+            item["retry_in"] = retry_in
+        self._answer(outcome, "fail", item)
+
+    def _answer(self, outcome: str, verb: str, item: dict[str, Any],
+                quiet_422: bool = False) -> None:
+        """Send the answer; it is retried until it lands or the lease would have run out."""
         try:
-            send()
+            self.runner.answers.send(verb, self.job, item)
         except ProblemError as exc:
             if exc.status == 422 and quiet_422:
                 raise
