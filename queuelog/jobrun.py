@@ -23,6 +23,13 @@ class JobRun:
         self.lost = threading.Event()
         self.done = threading.Event()
         self.started = time.monotonic()
+        self._released = False
+
+    def release(self) -> None:
+        """Give the slot back (once): the command is over."""
+        if not self._released:
+            self._released = True
+            self.runner.release()
 
     def run(self) -> None:
         """The whole life of the job in this runner."""
@@ -38,6 +45,7 @@ class JobRun:
         ended = self._watch(proc)
         self.done.set()
         code = proc.finish()
+        self.release()  # the next job may start while this one's answer is sent
         if self.lost.is_set():
             self._log("lost")  # the lease went to someone else: the answer is theirs now
             return

@@ -37,7 +37,8 @@ class Runner:
         self._log_to = log or sys.stderr
         self._log_lock = threading.Lock()
         self._state = threading.Condition()
-        self._active = 0
+        self._active = 0    # commands running: the slots taken
+        self._jobs = 0      # job threads alive: running, or answering after their command
         self._stop = threading.Event()       # SIGTERM/SIGINT: no new claims
         self._hard = threading.Event()       # second signal or a refused key: kill now
         self._grace_end = float("inf")
@@ -59,7 +60,7 @@ class Runner:
         with self._state:
             # Once stopped and idle, an open long poll is abandoned rather than waited for
             # (up to 30 s): an idle worker stops at once.
-            while self._active or not (self._stop.is_set() or not poller.is_alive()):
+            while self._jobs or not (self._stop.is_set() or not poller.is_alive()):
                 if self._hard.is_set() and time.monotonic() >= self._hard_end:
                     break  # answers that cannot land now are given up
                 # Short waits: signal handlers run in this thread between them.
@@ -186,20 +187,29 @@ class Runner:
     def _start(self, job: dict[str, Any]) -> None:
         with self._state:
             self._active += 1
+            self._jobs += 1
         threading.Thread(target=self._job_thread, args=(job,), daemon=True,
                          name=f"queuelog-job-{job['id']}").start()
 
     # -- one job -------------------------------------------------------------------------------
 
     def _job_thread(self, job: dict[str, Any]) -> None:
+        run = JobRun(self, job)
         try:
-            JobRun(self, job).run()
+            run.run()
         except Exception as exc:  # a bug here must not stop the other jobs or hang the exit
             self.log(f"job={job.get('id')} internal error: {type(exc).__name__}: {exc}")
         finally:
+            run.release()
             with self._state:
-                self._active -= 1
+                self._jobs -= 1
                 self._state.notify_all()
+
+    def release(self) -> None:
+        """A job's command has ended: its slot is free while its answer is on the way."""
+        with self._state:
+            self._active -= 1
+            self._state.notify_all()
 
     def child_env(self, job: dict[str, Any]) -> dict[str, str]:
         """The command's environment: the runner's, less its token, plus the job's fields."""
