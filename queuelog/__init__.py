@@ -4,9 +4,10 @@ from __future__ import annotations
 import os
 import secrets
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
+if TYPE_CHECKING:  # imported in create_app: ``queuelog.client`` must not pull Flask in
+    from flask import Flask
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 # The source tree keeps the pages in the top-level templates/; a wheel carries the same
@@ -23,6 +24,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     the commands that start a server or set up the database, so ``queuelog --help`` or
     ``keys create`` never prints a password where nobody expects it.
     """
+    from flask import Flask
     app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
     os.makedirs(app.instance_path, exist_ok=True)
 
@@ -34,8 +36,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     store.init_app(app)
     auth.init_app(app)
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    from .api import Wakeup
-    app.extensions["queuelog.wakeup"] = Wakeup()
+    from . import longpoll
+    longpoll.init_app(app)
 
     from .api import admin, audit, producer, read, types, worker
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):

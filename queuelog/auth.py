@@ -145,12 +145,23 @@ def _roles(principal: Principal) -> str:
 @token_auth.error_handler
 def _auth_error(status: int) -> Any:
     if status == 401:
-        return problem(401, "unauthorized", "Unauthorized",
-                       "Send an API key (Authorization: Bearer ...) or a user's "
-                       "password (HTTP Basic).",
+        return problem(401, "unauthorized", "Unauthorized", _why_unauthorized(),
                        headers={"WWW-Authenticate": f'Basic realm="{REALM}", '
                                                     f'Bearer realm="{REALM}"'})
     return problem(403, "forbidden", "Forbidden", "Your role may not do this.")
+
+
+def _why_unauthorized() -> str:
+    # A newcomer with a mistyped token should not be told to send credentials they sent.
+    scheme = request.headers.get("Authorization", "").split(None, 1)[:1]
+    if not scheme:
+        return "Send an API key (Authorization: Bearer ...) or a user's password (HTTP Basic)."
+    if scheme[0].lower() == "bearer":
+        return ("This API key is not valid: it is mistyped, revoked, or its name is also a "
+                "user's (see 'queuelog keys list').")
+    if scheme[0].lower() == "basic":
+        return "Wrong username or password."
+    return "Unknown authorization scheme: use Bearer (API keys) or Basic (passwords)."
 
 
 def current_user() -> Principal:

@@ -1,4 +1,12 @@
-"""The ``queuelog`` command line: a Flask command group bound to the app."""
+"""The ``queuelog`` command line: queuelog's own command group, bound to the app on demand.
+
+Adding a command: decorate it with ``@main.command("name")`` (a group: ``@main.group("name",
+cls=AppGroup)``), or ``main.add_command(cmd)`` for one defined in another module. A command
+that needs the app (config, database) also takes ``@with_appcontext`` (an ``AppGroup`` gives
+it to its subcommands): the app is created only when such a command runs, so ``--help``,
+``--version`` and ``work`` create no file. ``init_app`` copies every command onto ``app.cli``,
+so ``flask --app app NAME`` and ``app.test_cli_runner()`` reach it too.
+"""
 from __future__ import annotations
 
 import json
@@ -7,7 +15,7 @@ from typing import Any
 
 import click
 from flask import Flask
-from flask.cli import AppGroup, FlaskGroup, ScriptInfo, run_command, with_appcontext
+from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
 from . import actions, retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
@@ -18,28 +26,87 @@ from .validation import is_name
 
 
 def parse_duration(text: str) -> int:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
+    """``30s``, ``15min``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
     try:
         return retention.parse_duration(text)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--older-than") from None
 
 
-@click.command("init-db")
+def _create_app() -> Flask:
+    from . import create_app
+    from .config import ConfigError
+    try:
+        return create_app(serving=False)
+    except ConfigError as exc:  # one line that names the setting, not a traceback
+        raise click.ClickException(f"configuration: {exc}") from None
+
+
+class QueuelogGroup(click.Group):
+    """A plain click group whose context can load the app (``with_appcontext``) on demand.
+
+    Not Flask's ``FlaskGroup``: that one loads the app to list its commands (so ``--help``
+    made an instance folder, a secret key and a database) and adds ``routes``, ``shell``
+    and ``--env-file``, which are not queuelog's.
+    """
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        """A context carrying the ``ScriptInfo`` that ``with_appcontext`` loads the app from."""
+        extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False))
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+@click.group("queuelog", cls=QueuelogGroup,
+             help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
+@click.version_option(package_name="queuelog", prog_name="queuelog")
+def main() -> None:
+    """The console script's entry point."""
+
+
+@main.command("init-db")
 @with_appcontext
 def init_db() -> None:
-    """Create or upgrade the schema (also done on every start)."""
+    """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
     from flask import current_app
 
     from . import bootstrap_admin
-    get_store().create_schema()
+    _upgrade()
     bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
-    click.echo("The database is ready (tables and indexes created or already present).")
+
+
+@main.group("db", cls=AppGroup)
+def db() -> None:
+    """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the schema to the newest revision (servers also do it when they start)."""
+    _upgrade()
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the database's schema revision."""
+    from .store import migrate
+    revision, newest = migrate.current(get_store().engine), migrate.head()
+    shown = revision or "none (an empty database, or one made before revisions)"
+    click.echo(f"{shown} (head)" if revision == newest else f"{shown} (head is {newest})")
+
+
+def _upgrade() -> None:
+    from .store import migrate
+    before, after = migrate.upgrade(get_store().engine)
+    if before == after:
+        click.echo(f"The database is ready: already at {after} (the newest revision).")
+    else:
+        click.echo(f"The database is ready: upgraded from {before or 'no revision'} to {after}.")
 
 
 # AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
 # FlaskGroup pushes the app context for plain click commands.
-@click.group("keys", cls=AppGroup)
+@main.group("keys", cls=AppGroup)
 def keys() -> None:
     """Create, list and revoke API keys."""
 
@@ -77,10 +144,13 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
 def keys_list() -> None:
     """List keys without their secrets."""
     rows = get_store().accounts.list_keys()
+    people = {u.username for u in get_store().accounts.list_users()}
     click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
                f"{'CREATED':<28} STATUS")
     for k in rows:
         status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
+        if k.revoked_at is None and k.name in people:  # one name space: the key is refused
+            status = "refused: a user has this name; revoke it, create it under another"
         click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
                    f"{_priority_column(k.role, k.max_priority):<13} "
                    f"{isoformat(k.created_at):<28} {status}")
@@ -100,7 +170,7 @@ def keys_revoke(name: str) -> None:
     click.echo(f"Revoked key {name!r}.")
 
 
-@click.group("users", cls=AppGroup)
+@main.group("users", cls=AppGroup)
 def users() -> None:
     """Manage the people who sign in to the dashboard."""
 
@@ -167,34 +237,45 @@ def _read_password(from_stdin: bool) -> str:
     return password
 
 
-@click.command("purge")
+@main.command("purge")
 @click.option("--older-than", "older_than", default=None,
-              help="Delete jobs finished longer ago than this (30m, 12h, 7d, 2w).")
+              help="Delete jobs finished longer ago than this: 30s, 15min, 12h, 7d, 2w "
+                   "(m alone is refused: minutes or months?).")
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in FINISHED]),
               help="Only these finished statuses (repeatable); default all finished.")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--audit-older-than", "audit_older_than", default=None,
               help="Also delete audit events older than this (the only way they go).")
 @with_appcontext
-def purge(older_than: str | None, statuses: tuple[str, ...],
+def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool,
           audit_older_than: str | None) -> None:
     """Delete finished jobs past retention, with their history, in small batches."""
     if older_than is None and audit_older_than is None:
         raise click.UsageError("Give --older-than, --audit-older-than or both.")
-    if older_than is not None:
-        seconds = parse_duration(older_than)
-        chosen = [Status(s) for s in statuses] or list(FINISHED)
-        deleted = actions.purge(actions.CLI, seconds, chosen)
-        click.echo(f"Deleted {deleted} job(s).")
+    audit_seconds = None
     if audit_older_than is not None:
         try:
             audit_seconds = retention.parse_duration(audit_older_than)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--audit-older-than") from None
-        click.echo(f"Deleted {actions.purge_audit(actions.CLI, audit_seconds)} audit event(s).")
+    if older_than is not None:
+        seconds = parse_duration(older_than)
+        chosen = [Status(s) for s in statuses] or list(FINISHED)
+        if dry_run:
+            count = get_store().count_purgeable(seconds * 1_000_000, chosen)
+            click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
+        else:
+            click.echo(f"Deleted {actions.purge(actions.CLI, seconds, chosen)} job(s).")
+    if audit_seconds is not None:
+        if dry_run:
+            click.echo("Audit events are not counted by --dry-run; nothing deleted.")
+        else:
+            click.echo(f"Deleted {actions.purge_audit(actions.CLI, audit_seconds)} "
+                       "audit event(s).")
 
 
-@click.command("audit")
+@main.command("audit")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000),
               help="How many of the newest events to show.")
 @with_appcontext
@@ -210,17 +291,9 @@ def audit(limit: int) -> None:
 
 def init_app(app: Flask) -> None:
     """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
-    for command in (init_db, keys, users, purge, audit):
-        app.cli.add_command(command)
-
-
-def _create_app() -> Flask:
-    from . import create_app
-    from .config import ConfigError
-    try:
-        return create_app(serving=False)
-    except ConfigError as exc:  # one line that names the setting, not a traceback
-        raise click.ClickException(f"configuration: {exc}") from None
+    for name, command in main.commands.items():
+        if name != "run":  # ``flask run`` stays Flask's; app.py creates the first admin
+            app.cli.add_command(command)
 
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
@@ -230,8 +303,5 @@ def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 
 
-main = FlaskGroup(name="queuelog", create_app=_create_app, add_version_option=False,
-                  help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
 main.add_command(click.Command("run", callback=_run_with_first_admin, params=run_command.params,
                                help=run_command.help, short_help=run_command.short_help))
-click.version_option(package_name="queuelog", prog_name="queuelog")(main)

@@ -22,6 +22,7 @@ DEFAULTS: dict[str, Any] = {
     "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
     "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
     "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
+    "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
 }
 
 
@@ -37,6 +38,7 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "LEASE_SECONDS": (1, 43_200),           # the range a claim's lease_seconds has
     "DEFAULT_MAX_RETRIES": (0, 25),         # the range a request's max_retries has
     "COUNT_CAP": (1, 10**9),
+    "LONG_POLL_SLOTS": (0, 10_000),         # 0: no claim waits (each answers at once)
 }
 
 

@@ -1,7 +1,7 @@
 """Automatic retention: purge old finished jobs a little at a time, piggy-backed on requests.
 
 Off by default. ``RETENTION_COMPLETED``, ``RETENTION_FAILED`` and ``RETENTION_CANCELLED`` are
-durations (``"7d"``, ``"12h"``, or seconds); a finished job older than its status's duration is
+durations (``"7d"``, ``"12h"``, ``"30min"``, or seconds; ``m`` alone is refused); a finished job older than its status's duration is
 deleted with its history. At most once per ``RETENTION_INTERVAL_SECONDS`` per process, after the
 response to an enqueue, complete or fail has been sent, one batch of at most
 ``RETENTION_BATCH`` jobs per status is deleted.
@@ -27,8 +27,10 @@ from .store import Store
 
 log = logging.getLogger(__name__)
 
-_DURATION = re.compile(r"^(\d{1,9})([smhdw]?)$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 604_800}
+_DURATION = re.compile(r"^(\d{1,9})([a-z]*)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "min": 60, "h": 3600, "d": 86_400, "w": 604_800}
+# "1m" once meant one minute here, to the loss of whoever meant a month: refused, by name.
+_AMBIGUOUS = {"m", "mo", "mon", "month", "months"}
 RULES = {"RETENTION_COMPLETED": Status.COMPLETED, "RETENTION_FAILED": Status.FAILED,
          "RETENTION_CANCELLED": Status.CANCELLED}
 # Writes that create or finish jobs; never the claim, whose latency workers feel.
@@ -39,7 +41,10 @@ DEFAULTS: dict[str, Any] = {"RETENTION_COMPLETED": None, "RETENTION_FAILED": Non
 
 
 def parse_duration(value: str | int | float) -> int:
-    """``30s``, ``15m``, ``12h``, ``7d``, ``2w`` or a number of seconds, as whole seconds."""
+    """``30s``, ``15min``, ``12h``, ``7d``, ``2w`` or a number of seconds, as whole seconds.
+
+    ``m`` alone is refused (minutes or months?), with a message that asks which.
+    """
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration")
     if isinstance(value, (int, float)):
@@ -47,8 +52,13 @@ def parse_duration(value: str | int | float) -> int:
             raise ValueError(f"{value!r} is not a duration")
         return int(value)
     match = _DURATION.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a duration like 30m, 12h, 7d, 2w or 3600")
+    if match and match.group(2) in _AMBIGUOUS:
+        n = match.group(1)
+        raise ValueError(f"{value!r} is ambiguous (minutes or months?): write {n}min for "
+                         f"minutes, or days or weeks (30d, 4w) for months")
+    if not match or match.group(2) not in _UNIT_SECONDS:
+        raise ValueError(f"{value!r} is not a duration like 30s, 15min, 12h, 7d, 2w or 3600 "
+                         f"(units: s, min, h, d, w)")
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 

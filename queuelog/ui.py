@@ -191,6 +191,7 @@ def init_app(app: Flask) -> None:
     from . import ui_admin  # noqa: F401  (its pages register on this blueprint)
     app.register_blueprint(bp)
     app.register_error_handler(CSRFError, _csrf_failed)
+    app.extensions["queuelog.html_error"] = _error_page  # errors.unavailable: the 503 page
     app.after_request(_secure_headers)
     app.add_url_rule("/", "index", _root)
     app.jinja_env.filters.update(ts=_ts, iso=isoformat, count=_count, prio=_prio,

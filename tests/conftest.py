@@ -1,11 +1,16 @@
 """Shared fixtures: every backend-dependent test runs on SQLite and on PostgreSQL."""
 from __future__ import annotations
 
+import contextlib
 import os
+import pathlib
+import shutil
+import sqlite3
 from typing import Any, Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from helpers import add_user
 from queuelog import create_app
@@ -21,6 +26,19 @@ BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "postgresql: needs a PostgreSQL server")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """Give every PostgreSQL skip one location, so ``-ra`` folds them into one line."""
+    report = yield
+    # A skip from a fixture is reported at each test's own line, and -ra prints one line per
+    # distinct (file, line, reason): two hundred identical lines. One shared location folds them
+    # into "SKIPPED [N] tests/conftest.py: <why>"; -v still names each test.
+    if (report.skipped and not PG_URL and item.get_closest_marker("postgresql") is not None
+            and isinstance(report.longrepr, tuple)):
+        report.longrepr = (__file__, None, PG_SKIP)
+    return report
 
 
 class FakeClock:
@@ -39,22 +57,48 @@ class FakeClock:
 
 @pytest.fixture(scope="session")
 def pg_ready() -> str:
-    """The PostgreSQL URL, with queuelog's tables dropped once per session."""
+    """The PostgreSQL URL, its schema rebuilt through the migrations once per session."""
     if not PG_URL:
         pytest.skip(PG_SKIP)
     engine = create_engine(PG_URL)
-    metadata.drop_all(engine)
+    with engine.begin() as conn:
+        metadata.drop_all(conn)
+        conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     engine.dispose()
+    store = Store(PG_URL)
+    store.create_schema()
+    store.close()
     return PG_URL
 
 
+# Every table the migrations made, emptied before each test (a TRUNCATE takes
+# milliseconds, where running the migrations per test would take far longer).
+# alembic_version keeps its row: the database stays at head.
+_TRUNCATE = "TRUNCATE {} RESTART IDENTITY CASCADE".format(
+    ", ".join(t.name for t in metadata.sorted_tables))
+_PG_ENGINES: dict[str, Any] = {}
+
+
 def _truncate_pg(url: str) -> None:
-    engine = create_engine(url)
+    engine = _PG_ENGINES.get(url) or _PG_ENGINES.setdefault(
+        url, create_engine(url, poolclass=NullPool))
     with engine.begin() as conn:
-        metadata.create_all(conn)
-        conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, users, audit_events, "
-                          "paused_types RESTART IDENTITY CASCADE"))
-    engine.dispose()
+        conn.execute(text(_TRUNCATE))
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A SQLite file at the newest revision, built once; each test gets a copy of it."""
+    path = tmp_path_factory.mktemp("template") / "queuelog.sqlite3"
+    store = Store(f"sqlite:///{path}")
+    store.create_schema()
+    store.close()
+    # One self-contained file (no -wal beside it), so a plain copy is the whole database;
+    # the app turns WAL back on when it connects to the copy.
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+    assert not path.with_name(path.name + "-wal").exists()
+    return path
 
 
 @pytest.fixture(params=BACKENDS)
@@ -65,9 +109,12 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def db_url(backend: str, tmp_path: Any, request: pytest.FixtureRequest) -> str:
-    """A fresh, empty database of the current backend."""
+    """A fresh, empty database of the current backend, at the newest revision."""
     if backend == "sqlite":
-        return f"sqlite:///{tmp_path}/queuelog.sqlite3"
+        path = tmp_path / "queuelog.sqlite3"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        os.chmod(path, 0o600)
+        return f"sqlite:///{path}"
     url = request.getfixturevalue("pg_ready")
     _truncate_pg(url)
     return url

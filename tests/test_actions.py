@@ -86,7 +86,7 @@ def test_pausing_an_unknown_type_is_not_found(ctx: Any, store: Store) -> None:
 
 
 def test_retry_wakes_long_polls(ctx: Any, store: Store) -> None:
-    wakeup = ctx.extensions["queuelog.wakeup"]
+    wakeup = ctx.extensions["queuelog.longpoll"].bell
     job_id = failed(store)
     before = wakeup.count
     assert actions.bulk_retry(ADMIN) == 1 and wakeup.count > before

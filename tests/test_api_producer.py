@@ -5,9 +5,8 @@ import re
 from typing import Any
 
 import pytest
-from helpers import add_user, problem
+from helpers import SQLITE_ONLY, add_user, problem
 
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # checked before any SQL
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_count",
               "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
@@ -19,8 +18,6 @@ def config() -> dict[str, Any]:
     """A type with its own max_retries and payload limit."""
     return {"JOB_TYPES": {"email": {}, "pdf": {}, "sync": {},
                           "report": {"max_retries": 7, "max_payload_bytes": 40}}}
-
-
 
 
 def test_enqueue_answers_201_with_the_job_and_its_location(client, producer, clock):

@@ -4,18 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import add_user, problem
-
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # pure request validation
-
-
-
-
-def enqueue(client: Any, headers: dict[str, str], type: str = "email", **body: Any) -> Any:
-    """Enqueue a job; return its JSON."""
-    resp = client.post("/jobs", json={"type": type, **body}, headers=headers)
-    assert resp.status_code == 201
-    return resp.json
+from helpers import SQLITE_ONLY, add_user, enqueue, problem
 
 
 def walk(client: Any, headers: dict[str, str], query: str = "") -> list[int]:

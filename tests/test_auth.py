@@ -8,9 +8,8 @@ import pytest
 
 
 from queuelog.auth import Principal
-from helpers import basic, quick_hash
+from helpers import SQLITE_ONLY, basic, quick_hash
 
-SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])  # request parsing only
 
 # (method, path, body, roles that may call it)
 ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
@@ -27,8 +26,6 @@ ROUTES: list[tuple[str, str, dict[str, Any] | None, set[str]]] = [
     ("GET", "/openapi.json", None, {"producer", "worker", "viewer", "admin", "admin-user",
                                     "metrics"}),
 ]
-
-
 
 
 def assert_401(resp: Any) -> None:
@@ -113,3 +110,18 @@ def test_admin_user_enqueues_at_any_priority(client, store):
 def test_principal_admin_flag():
     assert Principal("a", "admin", "key").is_admin
     assert not Principal("v", "viewer", "user").is_admin
+
+
+@SQLITE_ONLY
+def test_a_wrong_credential_is_told_apart_from_none(client, store):
+    """Still 401 with the challenge, but a mistyped token is not told to send a token."""
+    store.accounts.create_user("vera", quick_hash("viewer-password"), "viewer")
+    details = {}
+    for name, headers in (("none", {}), ("bearer", {"Authorization": "Bearer ql_wrong"}),
+                          ("basic", basic("vera", "wrong-password"))):
+        resp = client.get("/jobs", headers=headers)
+        assert_401(resp)
+        details[name] = resp.json["detail"]
+    assert len(set(details.values())) == 3, details
+    assert "Send an API key" in details["none"]
+    assert "not valid" in details["bearer"] and "password" in details["basic"]

@@ -5,14 +5,8 @@ from typing import Any
 
 import pytest
 
+from helpers import enqueue
 from queuelog.jobs import isoformat
-
-
-def enqueue(client: Any, headers: dict[str, str], **body: Any) -> dict[str, Any]:
-    """Enqueue an email job and return it."""
-    resp = client.post("/jobs", json={"type": "email", **body}, headers=headers)
-    assert resp.status_code == 201, resp.json
-    return resp.json  # type: ignore[no-any-return]
 
 
 def claim(client: Any, headers: dict[str, str]) -> Any:

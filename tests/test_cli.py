@@ -216,3 +216,59 @@ def test_users_list_delete_and_set_password(runner, client, store, monkeypatch):
     empty = runner.invoke(args=["users", "set-password", "vera", "--password-stdin"], input="\n")
     assert empty.exit_code != 0
     assert status("vera", "second password") == 200
+
+
+def _files_under(root: str) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), root)
+            for d, _, files in os.walk(root) for f in files + [""]} - {"."}
+
+
+def _bare_install(tmp_path: Any) -> tuple[str, dict[str, str]]:
+    """A copy of the package alone (as on a worker host) and an environment that finds it."""
+    import shutil
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    site = tmp_path / "site"
+    shutil.copytree(os.path.join(root, "queuelog"), site / "queuelog",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUELOG_", "FLASK_"))}
+    env.update(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    return str(site), env
+
+
+def test_help_and_version_load_no_app_and_create_no_file(tmp_path):
+    """``--help`` and ``--version`` are queuelog's own group: no app, no instance, no database."""
+    site, env = _bare_install(tmp_path)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    before = _files_under(str(tmp_path))
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "password" not in proc.stderr
+        return proc.stdout
+
+    listed = run("--help")
+    for command in ("init-db", "keys", "users", "purge", "run"):
+        assert f"\n  {command} " in listed, command
+    for flask_only in ("routes", "shell", "--env-file", "--app"):
+        assert flask_only not in listed, flask_only
+    assert "Usage: queuelog " in listed
+    assert run("--version").strip() == f"queuelog, version {_version()}"
+    assert "Create a key" in run("keys", "--help")
+    assert _files_under(str(tmp_path)) == before
+    assert not os.path.exists(os.path.join(site, "instance"))
+
+
+def _version() -> str:
+    from importlib.metadata import version
+    return version("queuelog")
+
+
+def test_flask_app_cli_has_every_command(app):
+    """``flask --app app NAME`` reaches the same commands as ``queuelog NAME``."""
+    from queuelog.cli import main
+    assert set(main.commands) - {"run"} <= set(app.cli.commands)
+    for name in set(main.commands) - {"run"}:
+        assert app.cli.commands[name] is main.commands[name]

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from queuelog import create_app
+from helpers import enqueue
+from queuelog import create_app, longpoll
 from queuelog.api import Wakeup
 from queuelog.errors import QueuelogError
 from queuelog.jobs import isoformat
@@ -28,13 +29,6 @@ def config() -> dict[str, Any]:
 def other(make_key: Any) -> dict[str, str]:
     """A second worker, mailer-2."""
     return make_key("mailer-2", "worker")
-
-
-def enqueue(client: Any, headers: dict[str, str], **body: Any) -> dict[str, Any]:
-    """Enqueue a job (default type email) and return it."""
-    resp = client.post("/jobs", json={"type": "email", **body}, headers=headers)
-    assert resp.status_code == 201, resp.json
-    return resp.json  # type: ignore[no-any-return]
 
 
 def claim(client: Any, headers: dict[str, str], **body: Any) -> Any:
@@ -227,25 +221,35 @@ def test_worker_death_history_shows_both_attempts(client, producer, worker, othe
 
 
 # -- long poll -----------------------------------------------------------------------
-def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, worker):
+def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, worker, store,
+                                                        monkeypatch):
+    # The poll's own looks come a minute apart here: only the enqueue's wake-up can end the
+    # wait early, and it does so with exactly one more claim try.
+    monkeypatch.setattr(longpoll, "FIRST_PAUSE", 60.0)
+    monkeypatch.setattr(longpoll, "MAX_PAUSE", 60.0)
+    tries: list[int] = []
+    real_claim = store.claim
+    monkeypatch.setattr(store, "claim", lambda *a, **k: tries.append(1) or real_claim(*a, **k))
+    polls = app.extensions["queuelog.longpoll"]
     answer: dict[str, Any] = {}
-    waiting = threading.Event()
 
     def poll() -> None:
-        waiting.set()
-        began = time.monotonic()
-        answer["resp"] = app.test_client().post("/jobs/claim", json={"wait": 10},
+        answer["resp"] = app.test_client().post("/jobs/claim", json={"wait": 30},
                                                 headers=worker)
-        answer["took"] = time.monotonic() - began
 
-    thread = threading.Thread(target=poll)
+    thread = threading.Thread(target=poll, daemon=True)
     thread.start()
-    waiting.wait()
-    time.sleep(0.3)  # let the poll find nothing and park; not waiting on the queue's clock
+    deadline = time.monotonic() + 10
+    while polls.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the poll has found nothing and parked
     job = enqueue(client, producer)
-    thread.join(timeout=15)
+    thread.join(timeout=10)
+    woken = not thread.is_alive()
+    polls.stop()  # ends the poll if the wake-up never came
+    thread.join(timeout=10)
+    assert woken, "the enqueue did not wake the waiting claim"
     assert answer["resp"].status_code == 200 and answer["resp"].json["id"] == job["id"]
-    assert answer["took"] < 2, answer["took"]  # woken, not run to its 10 s deadline
+    assert len(tries) == 2  # the try that found nothing, and the one the wake-up made
 
 
 def test_long_poll_answers_204_at_the_deadline_without_spinning(app, client, worker, store,

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select, text
 
+from helpers import enqueue
 from queuelog import create_app
 from queuelog.jobs import Status
 from queuelog.retention import parse_duration
@@ -14,13 +15,6 @@ from queuelog.schema import job_attempts, jobs
 
 HOUR = 3600
 DAY = 86_400
-
-
-def enqueue(client: Any, headers: dict[str, str], **body: Any) -> dict[str, Any]:
-    """Enqueue an email job, closing the response (as a server does), and return it."""
-    with client.post("/jobs", json={"type": "email", **body}, headers=headers) as resp:
-        assert resp.status_code in (200, 201), resp.json
-        return resp.json  # type: ignore[no-any-return]
 
 
 def finish(client: Any, producer: dict[str, str], worker: dict[str, str], how: str,
@@ -105,6 +99,35 @@ def test_purge_rejects_bad_arguments_and_deletes_nothing(app, client, store, pro
     assert ids(store) == {job}
 
 
+@pytest.mark.parametrize("args, would", [(["--older-than", "7d"], 3),
+                                         (["--older-than", "7d", "--status", "failed"], 1),
+                                         (["--older-than", "9d"], 0)])
+def test_purge_dry_run_counts_and_deletes_nothing(app, client, store, producer, worker, clock,
+                                                  args, would):
+    for how in ("completed", "failed", "cancelled"):
+        finish(client, producer, worker, how)
+    clock.advance(8 * DAY)
+    finish(client, producer, worker, "completed")  # too young
+    enqueue(client, producer)  # pending: never purged
+    before, history = ids(store), history_rows(store)
+    result = purge(app, *args, "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert f"Would delete {would} job(s); nothing deleted" in result.output
+    assert ids(store) == before and history_rows(store) == history
+    assert f"Deleted {would} job(s)." in purge(app, *args).output  # the count was right
+
+
+@pytest.mark.parametrize("older_than", ["1m", "30m", "1mo", "2months"])
+def test_purge_refuses_m_and_asks_minutes_or_months(app, client, store, producer, worker,
+                                                    clock, older_than):
+    job = finish(client, producer, worker, "completed")["id"]
+    clock.advance(90 * DAY)
+    result = purge(app, "--older-than", older_than)
+    assert result.exit_code == 2, result.output
+    assert "min for" in result.output and "months" in result.output, result.output
+    assert ids(store) == {job}
+
+
 def test_purge_is_idempotent(app, client, producer, worker, clock):
     finish(client, producer, worker, "completed")
     clock.advance(DAY)
@@ -154,14 +177,15 @@ def test_purged_job_is_gone_from_the_api(app, client, producer, worker, admin, c
 
 
 # -- durations -----------------------------------------------------------------------
-@pytest.mark.parametrize("text, seconds", [("30s", 30), ("15m", 900), ("12h", 43_200),
-                                           ("7d", 604_800), ("2w", 1_209_600),
+@pytest.mark.parametrize("text, seconds", [("30s", 30), ("15min", 900), ("12h", 43_200),
+                                           ("7d", 604_800), ("2w", 1_209_600), ("1min", 60),
                                            ("3600", 3600), (90, 90), (" 1d ", DAY)])
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["", "d", "1.5d", "-1d", "7y", "1 d", -5, True, None])
+@pytest.mark.parametrize("text", ["", "d", "1.5d", "-1d", "7y", "1 d", -5, True, None,
+                                  "15m", "1M", "2mins", "1minute", "3hd", "1sec"])
 def test_parse_duration_rejects(text):
     with pytest.raises((ValueError, TypeError)):
         parse_duration(text)

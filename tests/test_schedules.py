@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from helpers import enqueue, post_job
 from queuelog import create_app
 from queuelog.jobs import backoff_seconds, isoformat, to_datetime
 
@@ -24,11 +25,6 @@ def at(clock: Any, seconds: float) -> str:
     return isoformat(clock.now + int(seconds * 1_000_000))  # type: ignore[return-value]
 
 
-def enqueue(client: Any, headers: dict[str, str], **body: Any) -> Any:
-    """POST /jobs (type email unless given); return the response."""
-    return client.post("/jobs", json={"type": "email", **body}, headers=headers)
-
-
 def claim(client: Any, headers: dict[str, str]) -> Any:
     """POST /jobs/claim; return the response."""
     return client.post("/jobs/claim", headers=headers)
@@ -42,7 +38,7 @@ def test_run_at_with_an_offset_is_stored_in_utc_and_not_claimable_before(
         client, producer, worker, clock, offset):
     when = to_datetime(clock.now + 3_600_000_000).astimezone(offset)
     text = when.isoformat()
-    created = enqueue(client, producer, run_at=text)
+    created = post_job(client, producer, run_at=text)
     assert created.status_code == 201
     assert created.json["run_at"] == at(clock, 3600)
     clock.advance(3599.999999)
@@ -54,18 +50,18 @@ def test_run_at_with_an_offset_is_stored_in_utc_and_not_claimable_before(
 def test_run_at_with_z(client, producer, worker, clock):
     text = at(clock, 90)  # "...Z"
     assert text.endswith("Z")
-    created = enqueue(client, producer, run_at=text)
+    created = post_job(client, producer, run_at=text)
     assert created.json["run_at"] == text
     assert claim(client, worker).status_code == 204
 
 
 def test_run_at_in_the_past_is_due_at_once(client, producer, worker, clock):
-    created = enqueue(client, producer, run_at=at(clock, -86_400))
+    created = post_job(client, producer, run_at=at(clock, -86_400))
     assert claim(client, worker).json["id"] == created.json["id"]
 
 
 def test_delay_seconds(client, producer, worker, clock):
-    created = enqueue(client, producer, delay_seconds=30.5)
+    created = post_job(client, producer, delay_seconds=30.5)
     assert created.json["run_at"] == at(clock, 30.5)
     clock.advance(30)
     assert claim(client, worker).status_code == 204
@@ -73,9 +69,9 @@ def test_delay_seconds(client, producer, worker, clock):
     assert claim(client, worker).status_code == 200
 
 
-def test_a_scheduled_job_does_not_block_a_due_one_behind_it(client, producer, worker):
-    enqueue(client, producer, delay_seconds=60, priority="high")
-    due = enqueue(client, producer).json
+def test_a_scheduled_job_does_not_block_a_due_one_behind_it(client, producer, admin, worker):
+    enqueue(client, admin, delay_seconds=60, priority="high")
+    due = enqueue(client, producer)
     assert claim(client, worker).json["id"] == due["id"]
 
 
@@ -98,7 +94,7 @@ def test_a_scheduled_job_does_not_block_a_due_one_behind_it(client, producer, wo
     ({"run_at": "2026-06-01T12:00:00Z", "delay_seconds": 5}, "delay_seconds"),
 ])
 def test_bad_schedules_are_422_and_store_nothing(client, producer, admin, body, field):
-    resp = enqueue(client, producer, **body)
+    resp = post_job(client, producer, **body)
     assert resp.status_code == 422, resp.json
     assert resp.headers["Content-Type"] == "application/problem+json"
     assert field in [e["field"] for e in resp.json["errors"]]
@@ -110,7 +106,7 @@ def test_backoff_follows_the_formula_exactly(client, producer, worker, store, cl
     """min(cap, base * 2^(n-1)) * uniform(0.5, 1), with the store's (seeded) rng."""
     store.rng = random.Random(7)
     expected_rng = random.Random(7)
-    job = enqueue(client, producer, max_retries=5).json
+    job = enqueue(client, producer, max_retries=5)
     for n in range(1, 6):
         got = claim(client, worker).json
         assert (got["id"], got["attempt"]) == (job["id"], n)
@@ -149,7 +145,7 @@ def test_jobs_failing_together_do_not_retry_in_lockstep(client, producer, worker
 
 
 def test_retry_in_overrides_backoff(client, producer, worker, clock):
-    job = enqueue(client, producer).json
+    job = enqueue(client, producer)
     claim(client, worker)
     failed = client.post(f"/jobs/{job['id']}/fail",
                          json={"attempt": 1, "error": "rate limited", "retry_in": 120},
@@ -160,7 +156,7 @@ def test_retry_in_overrides_backoff(client, producer, worker, clock):
 @pytest.mark.parametrize("value", [-1, 86_401, "5", True])
 def test_retry_in_out_of_bounds_is_422_and_changes_nothing(client, producer, worker, admin,
                                                            value):
-    job = enqueue(client, producer).json
+    job = enqueue(client, producer)
     claim(client, worker)
     resp = client.post(f"/jobs/{job['id']}/fail",
                        json={"attempt": 1, "error": "x", "retry_in": value}, headers=worker)
@@ -169,7 +165,7 @@ def test_retry_in_out_of_bounds_is_422_and_changes_nothing(client, producer, wor
 
 
 def test_retry_false_fails_at_once_with_retries_left(client, producer, worker, admin, clock):
-    job = enqueue(client, producer, max_retries=5).json
+    job = enqueue(client, producer, max_retries=5)
     claim(client, worker)
     failed = client.post(f"/jobs/{job['id']}/fail",
                          json={"attempt": 1, "error": "bad input", "retry": False},
@@ -181,7 +177,7 @@ def test_retry_false_fails_at_once_with_retries_left(client, producer, worker, a
 
 def test_poison_job_fails_after_max_retries_plus_one_attempts(client, producer, worker, admin,
                                                               clock):
-    job = enqueue(client, producer, max_retries=2).json
+    job = enqueue(client, producer, max_retries=2)
     for n in range(1, 4):
         clock.advance(CAP)
         assert claim(client, worker).json["attempt"] == n

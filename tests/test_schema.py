@@ -164,15 +164,3 @@ def test_metrics_counts_read_one_index_in_order(filled):
     assert sum(n for _, _, n in counts) == ROWS
     statement, params = _one(sent, "SELECT")
     assert_indexed(filled, plan(filled, statement, params), "ix_jobs_status_type_id")
-
-
-def test_an_older_database_gets_the_indexes_added_since(store):
-    """create_schema (every start, and init-db) adds an index the database lacks."""
-    with store.engine.begin() as conn:
-        conn.exec_driver_sql("DROP INDEX ix_jobs_status_type_id")
-    assert "ix_jobs_status_type_id" not in {
-        ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
-    store.create_schema()
-    store.create_schema()  # and again: nothing to do, no error
-    assert "ix_jobs_status_type_id" in {
-        ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}

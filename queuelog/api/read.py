@@ -8,7 +8,7 @@ from typing import Any
 from flask import Blueprint, current_app, request
 
 from ..auth import READERS, current_user, require
-from ..errors import ValidationFailed, problem
+from ..errors import ValidationFailed, unavailable
 from ..jobs import Priority, Status
 from ..store import get_store
 from . import job_json, scope_of
@@ -53,9 +53,9 @@ def healthz() -> Any:
     """Liveness and database reachability; the one endpoint without credentials."""
     try:
         get_store().ping()
-    except Exception:  # any driver error means "not healthy", never a 500
-        current_app.logger.warning("health check: database does not answer", exc_info=True)
-        return problem(503, "unavailable", "Service unavailable", "The database does not answer.")
+    except Exception as exc:  # any driver error means "not healthy", never a 500
+        # One log line per incident (errors.unavailable), not a traceback per probe.
+        return unavailable(exc, "The database does not answer.")
     return {"status": "ok"}
 
 

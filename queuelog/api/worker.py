@@ -4,18 +4,18 @@ The worker's identity is always its key's name (V-04); a ``worker_id`` in a body
 """
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from flask import Blueprint, current_app
+from flask import Blueprint, current_app, request
 
 from ..auth import current_user, require
 from ..errors import Forbidden
 from ..jobs import Job
+from ..longpoll import Outcome, long_polls
 from ..sanitize import sanitize_error
 from ..store import get_store
 from ..validation import Fields, compact, json_body
-from . import job_json, wakeup
+from . import job_json
 
 bp = Blueprint("worker", __name__)
 
@@ -42,30 +42,34 @@ def claim() -> Any:
         raise Forbidden("This key may not claim some of these types.")
     if types is None:
         types = list(who.types) if who.types is not None else None
-    job = _claim_waiting(who.name, types, lease, wait)
-    if job is None:
-        return "", 204
-    return job_json(job)
+    outcome = _claim_waiting(who.name, types, lease, wait)
+    if not outcome.jobs:
+        headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
+        return "", 204, headers
+    return job_json(outcome.jobs[0])
 
 
 def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
-                   wait: float) -> Job | None:
-    """Claim now; if nothing is due, retry until ``wait`` runs out, woken by enqueues."""
+                   wait: float) -> Outcome[Job]:
+    """Claim now; if nothing is due, look again until ``wait`` runs out (``longpoll``)."""
     store = get_store()
-    deadline = time.monotonic() + wait
-    pause = 0.05
-    bell = wakeup()
-    while True:
-        seen = bell.count
+    token = _bearer_token()
+
+    def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
         job = store.claim(worker, lease_seconds=lease, types=types)
-        remaining = deadline - time.monotonic()
-        if job is not None or remaining <= 0:
-            return job
-        # Enqueues in this process wake us at once; those of other processes (or a
-        # run_at coming due) are found by the next try, at most a second later.
-        bell.wait_after(seen, min(pause, remaining))
-        pause = min(pause * 2, 1.0)
+        return [] if job is None else [job]
+
+    def key_still_active() -> bool:
+        # A key revoked while its claim waits must not get a job it could never complete.
+        return store.accounts.key_for_token(token) is not None
+
+    return long_polls().claim(try_claim, wait, key_still_active)
+
+
+def _bearer_token() -> str:
+    """The request's API key (workers are keys: ``require`` has checked it)."""
+    return request.headers.get("Authorization", "").split(None, 1)[1].strip()
 
 
 @bp.post(f"/jobs/{JOB_ID}/heartbeat")

@@ -7,7 +7,7 @@ import json
 import secrets
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
@@ -16,6 +16,7 @@ from .audit import record
 from .engine import Clock, system_clock, writer
 
 TOKEN_BYTES = 32
+NAME_LOCK = 7262018  # PostgreSQL advisory lock: key and user names (engine.py's schema lock + 1)
 
 
 def hash_token(token: str) -> str:
@@ -60,8 +61,15 @@ class Accounts:
         self._write = writer(engine)
         self.clock = clock
         # Every Bearer request runs this lookup: built once, like the queue's statements.
-        self._by_hash = select(api_keys).where(api_keys.c.token_hash == bindparam("digest"),
-                                               api_keys.c.revoked_at.is_(None))
+        # A key whose name is also a username (an older database; the commands refuse to
+        # make one now) is refused, so that it can never act as that person (one name space).
+        self._by_hash = select(api_keys).where(
+            api_keys.c.token_hash == bindparam("digest"), api_keys.c.revoked_at.is_(None),
+            ~select(users.c.id).where(users.c.username == api_keys.c.name).exists())
+        self._user_named = select(users.c.id).where(users.c.username == bindparam("name"))
+        self._active_key_named = select(api_keys.c.id).where(
+            api_keys.c.name == bindparam("name"), api_keys.c.revoked_at.is_(None))
+        self._name_lock = text(f"SELECT pg_advisory_xact_lock({NAME_LOCK})")
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
                    max_priority: int = 10, actor: str | None = None) -> tuple[ApiKey, str]:
@@ -69,6 +77,10 @@ class Accounts:
         token = "ql_" + secrets.token_urlsafe(TOKEN_BYTES)
         try:
             with self._write.begin() as conn:
+                self._lock_names(conn)
+                if conn.execute(self._user_named, {"name": name}).first() is not None:
+                    raise Conflict(f"A user is named {name!r}: keys and users share one "
+                                   "name space; choose another name.")
                 row = conn.execute(insert(api_keys).values(
                     name=name, role=role, token_hash=hash_token(token),
                     types=None if types is None else json.dumps(types),
@@ -115,6 +127,10 @@ class Accounts:
         try:
             with self._write.begin() as conn:
                 now = self.clock()
+                self._lock_names(conn)
+                if conn.execute(self._active_key_named, {"name": username}).first() is not None:
+                    raise Conflict(f"An active key is named {username!r}: keys and users share "
+                                   "one name space; choose another name.")
                 conn.execute(insert(users).values(username=username, password_hash=password_hash,
                                                   role=role, created_at=now))
                 if actor is not None:
@@ -122,6 +138,13 @@ class Accounts:
         except IntegrityError:
             raise Conflict(f"User {username!r} exists.") from None
         return User(username, role, password_hash)
+
+    def _lock_names(self, conn: Connection) -> None:
+        # Check-then-insert across two tables: a key and a user of one name created at once
+        # must not both pass the check. SQLite's IMMEDIATE write transaction already
+        # serializes writers; PostgreSQL gets a transaction-scoped advisory lock.
+        if conn.dialect.name == "postgresql":
+            conn.execute(self._name_lock)
 
     def has_users(self) -> bool:
         """Whether any user exists."""
@@ -136,8 +159,11 @@ class Accounts:
         """
         try:
             with self._write.begin() as conn:
+                self._lock_names(conn)
                 if conn.execute(select(func.count()).select_from(users)).scalar_one():
                     return False
+                if conn.execute(self._active_key_named, {"name": username}).first() is not None:
+                    return False  # one name space: a key already is this identity
                 conn.execute(insert(users).values(username=username, password_hash=password_hash,
                                                   role=role, created_at=self.clock()))
         except IntegrityError:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import Engine, bindparam, func, literal_column, select
 
-from ..jobs import Outcome, Priority, Status
+from ..jobs import FINISHED, Outcome, Priority, Status
 from ..schema import job_attempts, jobs
 from .engine import Clock
 
@@ -54,6 +54,13 @@ def _counts_statement() -> Any:
 
 
 @functools.lru_cache(maxsize=1)
+def _purgeable_statement() -> Any:
+    return (select(func.count()).select_from(jobs)
+            .where(jobs.c.status.in_(bindparam("wanted", expanding=True)),
+                   jobs.c.finished_at < bindparam("cutoff")))
+
+
+@functools.lru_cache(maxsize=1)
 def _series_statement() -> Any:
     bucket = ((job_attempts.c.finished_at - bindparam("start")) // bindparam("width"))
     return (select(bucket.label("bucket"), job_attempts.c.outcome, func.count())
@@ -70,6 +77,15 @@ class Stats:
 
     engine: Engine
     clock: Clock
+
+    def count_purgeable(self, older_than_us: int, statuses: Sequence[Status]) -> int:
+        """How many jobs ``purge`` with these arguments would delete now (``--dry-run``)."""
+        wanted = [s.value for s in statuses if s in FINISHED]
+        if not wanted:
+            return 0
+        with self.engine.connect() as conn:  # the (status, finished_at) index, as purge
+            return int(conn.execute(_purgeable_statement(), {
+                "wanted": wanted, "cutoff": self.clock() - older_than_us}).scalar_one())
 
     def count_by_status(self, cap: int) -> dict[str, int]:
         """Jobs per status plus ``scheduled``, each counted only up to ``cap`` + 1."""

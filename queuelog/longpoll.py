@@ -1,0 +1,165 @@
+"""Long polls: a claim that waits for a job, within a per-process budget of threads.
+
+One ``LongPolls`` per app (per gunicorn worker process) holds the bell that enqueues ring,
+the slots (``LONG_POLL_SLOTS``) that bound how many threads may wait at once, and the
+shutdown flag that ends every open poll when the process stops.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import sys
+import threading
+import time
+from typing import Any, Callable, Generic, Sequence, TypeVar
+
+from flask import Flask, current_app
+
+T = TypeVar("T")
+
+# Enqueues in this process ring the bell; those of other processes (or a run_at coming due)
+# are found by the next look, FIRST_PAUSE after the first and at most MAX_PAUSE apart.
+FIRST_PAUSE = 0.05
+MAX_PAUSE = 1.0
+# How often the shutdown watcher looks at gunicorn's worker: the stop's extra latency.
+WATCH_EVERY = 0.1
+# What a claim turned away for want of a slot is told: look again in a second.
+BUSY_RETRY_AFTER = 1
+
+
+class Wakeup(threading.Condition):
+    """A condition with a counter, so a long poll cannot miss a wake-up.
+
+    A poll notes ``count`` before it claims; a job enqueued between that claim finding
+    nothing and the poll going to sleep has moved the count, and the poll does not sleep.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def ring(self) -> None:
+        """Wake every waiting poll: a job may have become due."""
+        with self:
+            self.count += 1
+            self.notify_all()
+
+    def wait_after(self, seen: int, timeout: float) -> bool:
+        """Sleep up to ``timeout`` unless rung since the count was ``seen``."""
+        with self:
+            return self.wait_for(lambda: self.count != seen, timeout)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome(Generic[T]):
+    """What a (maybe waiting) claim found, and whether the caller should back off."""
+
+    jobs: Sequence[T]
+    retry_after: int | None = None   # set when no slot was free: "look again in a second"
+
+
+class LongPolls:
+    """The bell, the slots and the shutdown flag of one process's long polls."""
+
+    def __init__(self, slots: int) -> None:
+        self.bell = Wakeup()
+        self.slots = slots
+        self._free = threading.BoundedSemaphore(slots) if slots > 0 else None
+        self.stopping = False
+        self.waiting = 0            # polls holding a slot now (tests, metrics)
+        self._count_lock = threading.Lock()
+        self._watcher_pid: int | None = None
+        self._watcher_lock = threading.Lock()
+
+    def claim(self, try_claim: Callable[[], Sequence[T]], wait: float,
+              still_allowed: Callable[[], bool]) -> Outcome[T]:
+        """Claim now; if nothing is due, look again until ``wait`` runs out.
+
+        ``try_claim`` claims and returns what it got (a list: one job, or up to
+        ``max_jobs``). ``still_allowed`` is asked before every later look: once it says no
+        (the key was revoked while it waited) the poll ends with nothing and claims no more.
+        """
+        seen = self.bell.count
+        jobs = try_claim()
+        if jobs or wait <= 0 or self.stopping:
+            return Outcome(jobs)
+        # Waiting holds a server thread; past the slots, answer at once so that long polls
+        # can never take every thread (and the dashboard or a complete with them).
+        if self._free is None or not self._free.acquire(blocking=False):
+            return Outcome(jobs, retry_after=BUSY_RETRY_AFTER)
+        with self._count_lock:
+            self.waiting += 1
+        try:
+            self._watch_for_shutdown()
+            return self._wait(try_claim, time.monotonic() + wait, seen, still_allowed)
+        finally:
+            with self._count_lock:
+                self.waiting -= 1
+            self._free.release()
+
+    def _wait(self, try_claim: Callable[[], Sequence[T]], deadline: float, seen: int,
+              still_allowed: Callable[[], bool]) -> Outcome[T]:
+        pause = FIRST_PAUSE
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return Outcome(())
+            self.bell.wait_after(seen, min(pause, remaining))
+            if self.stopping or not still_allowed():
+                return Outcome(())
+            seen = self.bell.count
+            jobs = try_claim()
+            if jobs:
+                return Outcome(jobs)
+            pause = min(pause * 2, MAX_PAUSE)
+
+    def stop(self) -> None:
+        """The process is stopping: every open poll answers now, and new ones do not wait."""
+        self.stopping = True
+        self.bell.ring()
+
+    def _watch_for_shutdown(self) -> None:
+        # gunicorn's worker answers SIGTERM by setting its ``alive`` to False, then waits
+        # (up to --graceful-timeout, 30 s) for open requests: a 30 s poll would hold the stop.
+        # A signal handler of our own cannot be chained in: gunicorn installs its own after
+        # loading the app, and with --preload the app is built in the master before the fork.
+        # So one thread per process watches the worker that owns SIGTERM.
+        if self._watcher_pid == os.getpid():
+            return
+        with self._watcher_lock:
+            if self._watcher_pid == os.getpid():
+                return
+            self._watcher_pid = os.getpid()  # threads do not survive a fork: one per process
+            worker = _gunicorn_worker()
+            if worker is not None:
+                threading.Thread(target=self._watch, args=(worker,), daemon=True,
+                                 name="queuelog-longpoll-shutdown").start()
+
+    def _watch(self, worker: Any) -> None:
+        while getattr(worker, "alive", False):
+            time.sleep(WATCH_EVERY)
+        self.stop()
+
+
+def _gunicorn_worker() -> Any | None:
+    """The gunicorn worker of this process, found through its SIGTERM handler; else None."""
+    try:
+        handler = signal.getsignal(signal.SIGTERM)
+    except (ValueError, OSError):
+        return None
+    owner = getattr(handler, "__self__", None)
+    base = sys.modules.get("gunicorn.workers.base")  # loaded in a gunicorn worker, only there
+    return owner if base is not None and isinstance(owner, base.Worker) else None
+
+
+def init_app(app: Flask) -> LongPolls:
+    """Give the app its long polls, sized by ``LONG_POLL_SLOTS``."""
+    polls = LongPolls(int(app.config["LONG_POLL_SLOTS"]))
+    app.extensions["queuelog.longpoll"] = polls
+    return polls
+
+
+def long_polls() -> LongPolls:
+    """The current app's long polls."""
+    return current_app.extensions["queuelog.longpoll"]  # type: ignore[no-any-return]
