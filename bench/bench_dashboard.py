@@ -103,13 +103,15 @@ PAGES = {
     "one job": "/ui/jobs/{deep}",
     # status + type; "completed", so that both sizes fill a whole page of 50 rows
     "completed pdf jobs (status + type)": "/ui/?status=completed&type=pdf",
-    "GET /metrics (counts every job)": "/metrics",
+    "GET /metrics (every job counted)": "/metrics",
     # per type: capped counts per status, the oldest due job, the last hour
     "GET /types": "/types",
     "/ui/types": "/ui/types",
 }
 # Pages that count the whole table by design: reported, but not held to the 1.5x target.
-GROWS = {"GET /metrics (counts every job)"}
+# /metrics's queuelog_jobs is an exact count of every job (one pass over the (status, type,
+# id) index); its other gauges each walk an index range that does not grow with history.
+GROWS = {"GET /metrics (every job counted)"}
 
 
 def measure(apps: dict[int, Any], runs: int) -> dict[int, dict[str, float]]:

@@ -19,7 +19,7 @@ from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
 from . import actions, retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
-from .errors import Conflict
+from .errors import Conflict, is_unavailable, one_line
 from .jobs import FINISHED, Priority, Status, isoformat
 from .store import get_store
 from .validation import is_name
@@ -55,6 +55,17 @@ class QueuelogGroup(click.Group):
         """A context carrying the ``ScriptInfo`` that ``with_appcontext`` loads the app from."""
         extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False))
         return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a database that does not answer is one line and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            raise click.ClickException(
+                f"the database is unavailable ({one_line(exc)}); try again when it is "
+                "back (a change may or may not have been made)") from None
 
 
 @click.group("queuelog", cls=QueuelogGroup,
@@ -244,12 +255,12 @@ def _read_password(from_stdin: bool) -> str:
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in FINISHED]),
               help="Only these finished statuses (repeatable); default all finished.")
-@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @click.option("--audit-older-than", "audit_older_than", default=None,
               help="Also delete audit events older than this (the only way they go).")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @with_appcontext
-def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool,
-          audit_older_than: str | None) -> None:
+def purge(older_than: str | None, statuses: tuple[str, ...],
+          audit_older_than: str | None, dry_run: bool) -> None:
     """Delete finished jobs past retention, with their history, in small batches."""
     if older_than is None and audit_older_than is None:
         raise click.UsageError("Give --older-than, --audit-older-than or both.")
@@ -266,7 +277,8 @@ def purge(older_than: str | None, statuses: tuple[str, ...], dry_run: bool,
             count = get_store().count_purgeable(seconds * 1_000_000, chosen)
             click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
         else:
-            click.echo(f"Deleted {actions.purge(actions.CLI, seconds, chosen)} job(s).")
+            deleted = actions.purge(actions.CLI, seconds, chosen)
+            click.echo(f"Deleted {deleted} job(s).")
     if audit_seconds is not None:
         if dry_run:
             click.echo("Audit events are not counted by --dry-run; nothing deleted.")
@@ -287,6 +299,63 @@ def audit(limit: int) -> None:
         detail = json.dumps(e.detail, separators=(",", ":"), sort_keys=True) if e.detail else ""
         click.echo(f"{isoformat(e.at):<28} {e.actor:<20} {e.action:<14} "
                    f"{e.target or '-':<20} {detail}")
+
+
+@main.command("work", context_settings={"allow_interspersed_args": False})
+@click.option("--url", envvar="QUEUELOG_URL", metavar="URL",
+              help="The queuelog server (else $QUEUELOG_URL).")
+@click.option("--token-file", metavar="PATH",
+              help="File holding the worker key (else $QUEUELOG_TOKEN_FILE, else "
+                   "$QUEUELOG_TOKEN); never the token itself, which every user could read.")
+@click.option("--types", default=None, help="Comma-separated job types to claim.")
+@click.option("--concurrency", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Jobs run at once.")
+@click.option("--lease", type=click.FloatRange(1, 43_200), default=None,
+              help="Lease in seconds (default: the server's for the job's type).")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help="Seconds a job's command may run before its process group is killed.")
+@click.option("--grace", type=click.FloatRange(0), default=30, show_default=True,
+              help="Seconds running commands get to finish after SIGTERM or SIGINT.")
+@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND [ARG...]")
+def work(url: str | None, token_file: str | None, types: str | None, concurrency: int,
+         lease: float | None, timeout: float | None, grace: float,
+         command: tuple[str, ...]) -> None:
+    """Run COMMAND for every job claimed: payload on stdin, exit 0 completes it.
+
+    It speaks HTTP to the server at URL, and loads no app and writes no file here.
+    """
+    import os
+    import shutil
+
+    from .client import Client
+    from .runner import Runner, read_token
+    if not url:
+        raise click.UsageError("no server: give --url or set QUEUELOG_URL")
+    try:
+        token = read_token(token_file or os.environ.get("QUEUELOG_TOKEN_FILE"),
+                           os.environ.get("QUEUELOG_TOKEN"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if shutil.which(command[0]) is None:
+        raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
+    type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    client = Client(url, token)
+    runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
+                    lease=lease, timeout=timeout, grace=grace)
+    sys.exit(runner.run())
+
+
+@main.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@with_appcontext
+def backup(path: str) -> None:
+    """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
+    from .store.backup import BackupRefused, backup_sqlite
+    try:
+        done = backup_sqlite(get_store().engine, path)
+    except BackupRefused as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Backed up {done.jobs} job(s) to {done.path} ({done.bytes:,} bytes).")
 
 
 def init_app(app: Flask) -> None:

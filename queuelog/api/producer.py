@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Blueprint, current_app, request, url_for
 
-from .. import actions
+from .. import actions, metrics
 from ..auth import current_user, require
 from ..errors import Forbidden
 from ..jobs import Priority
@@ -31,6 +31,7 @@ def enqueue() -> Any:
     body = job_json(job)
     if created:
         notify()
+        metrics.jobs_enqueued(job.type)
         return body, 201, {"Location": url_for("read.get_job", job_id=job.id)}
     return body, 200, {"Idempotent-Replayed": "true",
                        "Location": url_for("read.get_job", job_id=job.id)}

@@ -16,7 +16,6 @@ from .audit import record
 from .engine import Clock, system_clock, writer
 
 TOKEN_BYTES = 32
-NAME_LOCK = 7262018  # PostgreSQL advisory lock: key and user names (engine.py's schema lock + 1)
 
 
 def hash_token(token: str) -> str:
@@ -69,7 +68,7 @@ class Accounts:
         self._user_named = select(users.c.id).where(users.c.username == bindparam("name"))
         self._active_key_named = select(api_keys.c.id).where(
             api_keys.c.name == bindparam("name"), api_keys.c.revoked_at.is_(None))
-        self._name_lock = text(f"SELECT pg_advisory_xact_lock({NAME_LOCK})")
+        self._name_lock = text("SELECT pg_advisory_xact_lock(7262018)")  # key and user names
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
                    max_priority: int = 10, actor: str | None = None) -> tuple[ApiKey, str]:
@@ -126,11 +125,11 @@ class Accounts:
         """Add a person; Conflict if the name is taken."""
         try:
             with self._write.begin() as conn:
-                now = self.clock()
                 self._lock_names(conn)
                 if conn.execute(self._active_key_named, {"name": username}).first() is not None:
                     raise Conflict(f"An active key is named {username!r}: keys and users share "
                                    "one name space; choose another name.")
+                now = self.clock()
                 conn.execute(insert(users).values(username=username, password_hash=password_hash,
                                                   role=role, created_at=now))
                 if actor is not None:

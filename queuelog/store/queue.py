@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, insert,
                         literal, select, text, update)
@@ -69,6 +69,8 @@ class Queue:
         self.rng = rng or random.Random()
         self.lease_seconds = lease_seconds
         self.type_leases = dict(type_leases or {})
+        # Told the type of each job whose lease a claim took back (the metrics count them).
+        self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         self._build(engine.dialect.name == "postgresql")
 
     # -- statements, built once ------------------------------------------------
@@ -305,8 +307,10 @@ class Queue:
 
     def _expire_leases(self, conn: Connection, now: int) -> None:
         for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
-            self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
-                              LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
+            job = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
+                                    LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
+            if job is not None:
+                self.on_lease_expired(job.type)
 
     def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
                      outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,

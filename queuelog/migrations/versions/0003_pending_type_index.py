@@ -1,4 +1,4 @@
-"""An index for the age of each type's oldest due pending job (GET /types, /ui/types).
+"""An index for the oldest due pending job of each type (GET /types, queue age).
 
 Revision ID: 0003
 Revises: 0002
@@ -14,12 +14,13 @@ down_revision = "0002"
 branch_labels = None
 depends_on = None
 
+_PENDING = sa.text("status = 'pending'")
+
 
 def upgrade() -> None:
-    """Add ``ix_jobs_pending_type_run``: (type, run_at) of pending jobs, one seek per type."""
+    """Add ``ix_jobs_pending_type_run``: one seek per type instead of a scan."""
     op.create_index("ix_jobs_pending_type_run", "jobs", ["type", "run_at"],
-                    sqlite_where=sa.text("status = 'pending'"),
-                    postgresql_where=sa.text("status = 'pending'"))
+                    sqlite_where=_PENDING, postgresql_where=_PENDING)
 
 
 def downgrade() -> None:
