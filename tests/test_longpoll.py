@@ -224,3 +224,26 @@ def _poll_over_http(port: int, headers: dict[str, str], answers: list[Any]) -> N
         finally:
             conn.close()
         time.sleep(0.05)
+
+
+class _FakeWorker:
+    """What the watcher reads of a gunicorn worker: ``alive`` and ``cfg.threads``."""
+
+    def __init__(self, threads: int) -> None:
+        self.alive = True
+        self.cfg = type("Cfg", (), {"threads": threads})()
+
+
+def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker, monkeypatch,
+                                                           caplog):
+    fake = _FakeWorker(threads=SLOTS)  # no more threads than slots: worth a warning
+    monkeypatch.setattr(longpoll, "_gunicorn_worker", lambda: fake)
+    polls: LongPolls = app.extensions["queuelog.longpoll"]
+    answers: list[Any] = []
+    thread = _polling(app, worker, 20, answers)
+    _until(lambda: polls.waiting == 1)
+    began = time.monotonic()
+    fake.alive = False  # what gunicorn's SIGTERM handler does
+    thread.join(timeout=10)
+    assert answers[0].status_code == 204 and time.monotonic() - began < 2
+    assert [r.getMessage() for r in caplog.records if "LONG_POLL_SLOTS is 2" in r.getMessage()]
