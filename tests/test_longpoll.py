@@ -247,3 +247,8 @@ def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker, 
     thread.join(timeout=10)
     assert answers[0].status_code == 204 and time.monotonic() - began < 2
     assert [r.getMessage() for r in caplog.records if "LONG_POLL_SLOTS is 2" in r.getMessage()]
+
+
+def test_outside_gunicorn_no_watcher_is_started():
+    # The test process's SIGTERM handler is not a gunicorn worker's: nothing to watch.
+    assert longpoll._gunicorn_worker() is None
