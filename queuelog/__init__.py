@@ -26,12 +26,22 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     """
     from flask import Flask
     app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
-    os.makedirs(app.instance_path, exist_ok=True)
+    from . import instance
+    # Private before anything is written into it (the secret key, the database).
+    os.makedirs(app.instance_path, mode=instance.FOLDER_MODE, exist_ok=True)
 
     from . import auth, cli, config, errors, store
     from .validation import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     config.load(app, test_config)
+    instance.protect(app.instance_path, app.config["DATABASE_URL"])
+    if app.config["PROXY_COUNT"]:
+        # Behind N proxies the client's address (the sign-in throttle's key) and scheme come
+        # from X-Forwarded-For/-Proto; without them those headers are ignored, as anyone can
+        # send them. The Host stays the one the proxy passed on (TRUSTED_HOSTS checks it).
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        count = app.config["PROXY_COUNT"]
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count)  # type: ignore
     errors.init_app(app)
     store.init_app(app)
     from . import metrics
@@ -41,8 +51,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     from . import longpoll
     longpoll.init_app(app)
 
-    from .api import admin, producer, read, worker
-    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp):
+    from .api import admin, audit, producer, read, types, worker
+    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
         app.register_blueprint(blueprint)
     from . import ui
     ui.init_app(app)
@@ -56,7 +66,10 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
 
 
 def bootstrap_admin(app: Flask) -> str | None:
-    """Create user ``admin`` with a random password when no user exists; print it once."""
+    """Say where the database is; create user ``admin`` if no user exists, print it once."""
+    if not app.testing:
+        print(f"queuelog: database {database_location(app.config['DATABASE_URL'])}",
+              file=sys.stderr, flush=True)
     if not app.config["BOOTSTRAP_ADMIN"]:
         return None
     from .auth import hash_password
@@ -72,3 +85,16 @@ def bootstrap_admin(app: Flask) -> str | None:
           "queuelog: it is shown only this once; sign in at /ui/ and keep it safe.",
           file=sys.stderr, flush=True)
     return password
+
+
+def database_location(url: str) -> str:
+    """The database URL for a log line: its password masked, a SQLite path made absolute."""
+    from sqlalchemy.engine import make_url
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - the engine reports a bad URL, with its reason
+        return "(an unreadable DATABASE_URL)"
+    if parsed.get_backend_name() == "sqlite" and parsed.database \
+            and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        parsed = parsed.set(database=os.path.abspath(parsed.database))
+    return parsed.render_as_string(hide_password=True)

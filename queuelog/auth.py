@@ -14,8 +14,9 @@ from flask import Flask, current_app, request
 from flask_httpauth import HTTPBasicAuth, HTTPTokenAuth, MultiAuth
 from werkzeug.security import check_password_hash, generate_password_hash
 
-from .errors import Forbidden, UnsupportedMediaType, problem
+from .errors import Forbidden, TooManyRequests, UnsupportedMediaType, problem
 from .store import get_store
+from .throttle import HashSlots, SignInThrottle
 
 ROLES = ("producer", "worker", "viewer", "admin", "metrics")
 KEY_ROLES = ("producer", "worker", "admin", "metrics")
@@ -99,30 +100,48 @@ class _PasswordCache:
 def _verify_password(username: str, password: str) -> Principal | None:
     if not username or not password:
         return None
+    # Throttled first: a pair over its limit gets no password check at all (contract).
+    throttle: SignInThrottle = current_app.extensions["queuelog.sign_in_throttle"]
+    store = get_store()
+    address = request.remote_addr or ""
+    wait = throttle.retry_after(username, address, store.clock())
+    if wait:
+        raise TooManyRequests(f"Too many failed sign-ins for {username!r} from this address; "
+                              f"try again in {wait} s.", headers={"Retry-After": str(wait)})
     cache: _PasswordCache = current_app.extensions["queuelog.password_cache"]
     key = cache.key(current_app.config["SECRET_KEY"], username, password)
     hit = cache.get(key)
     if hit is not None:
         return hit
-    user = get_store().accounts.user(username)
-    if user is None:
-        _equalize_timing(password)
+    user = store.accounts.user(username)
+    # An unknown user costs as long as a wrong password (the dummy hash), so names cannot
+    # be probed.
+    matches = _check_password(user.password_hash if user else _dummy_hash(), password)
+    if user is None or not matches:
+        throttle.failed(username, address, store.clock())
         return None
-    if not check_password_hash(user.password_hash, password):
-        return None
+    throttle.succeeded(username, address)
     principal = Principal(user.username, user.role, "user", None, 30)
     cache.put(key, principal)
     return principal
 
 
+def _check_password(password_hash: str, password: str) -> bool:
+    # The slow hash, in one of this process's few slots, so guessing cannot take every
+    # thread and core (throttle.HashSlots).
+    slots: HashSlots = current_app.extensions["queuelog.hash_slots"]
+    if not slots.acquire():
+        raise TooManyRequests("Too many sign-ins are being checked at once; try again in a "
+                              "second.", headers={"Retry-After": "1"})
+    try:
+        return check_password_hash(password_hash, password)
+    finally:
+        slots.release()
+
+
 @functools.lru_cache(maxsize=1)
 def _dummy_hash() -> str:
     return generate_password_hash("queuelog-timing-equalizer")
-
-
-def _equalize_timing(password: str) -> None:
-    # An unknown user costs as long as a wrong password, so names cannot be probed.
-    check_password_hash(_dummy_hash(), password)
 
 
 @token_auth.verify_token
@@ -201,9 +220,12 @@ def require(*roles: str, write: bool = False) -> Callable[[F], F]:
 
 
 def init_app(app: Flask) -> None:
-    """Give the app its password cache, and credentials before routing answers."""
+    """Give the app its password cache, throttle and hash slots; credentials before routing."""
     app.extensions["queuelog.password_cache"] = _PasswordCache(
         float(app.config["AUTH_CACHE_SECONDS"]))
+    app.extensions["queuelog.sign_in_throttle"] = SignInThrottle()
+    app.extensions["queuelog.hash_slots"] = HashSlots(app.config["PASSWORD_HASH_SLOTS"],
+                                                      app.config["PASSWORD_HASH_WAIT_SECONDS"])
     app.before_request(_credentials_before_routing)
 
 

@@ -1,8 +1,11 @@
 """Configuration defaults and the loading order: defaults, instance/config.py, QUEUELOG_* env."""
 from __future__ import annotations
 
+import difflib
 import os
 import secrets
+import sys
+import tempfile
 from typing import Any
 
 from flask import Flask
@@ -22,8 +25,17 @@ DEFAULTS: dict[str, Any] = {
     "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
     "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
     "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
+    "PASSWORD_HASH_SLOTS": 1,    # password hashes one process computes at once
+    "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
+    "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
     "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
 }
+
+
+# QUEUELOG_* variables that are not settings: the worker runner's, its jobs' and the tests'.
+NOT_SETTINGS = frozenset({"QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",
+                          "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID", "QUEUELOG_JOB_TYPE",
+                          "QUEUELOG_JOB_ATTEMPT", "QUEUELOG_JOB_PRIORITY"})
 
 
 class ConfigError(ValueError):
@@ -38,6 +50,8 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "LEASE_SECONDS": (1, 43_200),           # the range a claim's lease_seconds has
     "DEFAULT_MAX_RETRIES": (0, 25),         # the range a request's max_retries has
     "COUNT_CAP": (1, 10**9),
+    "PASSWORD_HASH_SLOTS": (1, 1024),
+    "PROXY_COUNT": (0, 10),
     "LONG_POLL_SLOTS": (0, 10_000),         # 0: no claim waits (each answers at once)
 }
 
@@ -50,6 +64,7 @@ def load(app: Flask, test_config: dict[str, Any] | None) -> None:
     if test_config is None:
         app.config.from_pyfile("config.py", silent=True)
         app.config.from_prefixed_env("QUEUELOG")
+        warn_unknown_variables(os.environ)
     else:
         app.config.from_mapping(test_config)
     if not app.config.get("SECRET_KEY"):
@@ -57,21 +72,59 @@ def load(app: Flask, test_config: dict[str, Any] | None) -> None:
     check(app.config)
 
 
+def known_settings() -> set[str]:
+    """Every setting name queuelog, Flask or Flask-WTF reads."""
+    from . import retention
+    return {*DEFAULTS, *retention.DEFAULTS, *Flask.default_config, "DATABASE_URL", "SECRET_KEY"}
+
+
+def unknown_variables(environ: Any) -> list[tuple[str, str | None]]:
+    """QUEUELOG_* variables naming no setting, each with the closest setting's variable."""
+    known = known_settings()
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("QUEUELOG_") or name in NOT_SETTINGS:
+            continue
+        key = name[len("QUEUELOG_"):].split("__", 1)[0]  # QUEUELOG_JOB_TYPES__email: nested
+        if key in known or key.startswith("WTF_"):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        out.append((name, "QUEUELOG_" + close[0] if close else None))
+    return out
+
+
+def warn_unknown_variables(environ: Any) -> None:
+    """Say so on standard error: a typo like QUEUELOG_LEASE_SECOND is otherwise ignored."""
+    for name, close in unknown_variables(environ):
+        hint = f" (did you mean {close}?)" if close else ""
+        print(f"queuelog: warning: {name} is not a queuelog setting; it is ignored{hint}",
+              file=sys.stderr, flush=True)
+
+
 def instance_secret(instance_path: str) -> str:
     """Read the instance's secret key, creating it once (race-free across processes)."""
     path = os.path.join(instance_path, "secret_key")
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        with open(path, encoding="ascii") as fh:
-            key = fh.read().strip()
-        if key:
-            return key
-        raise ConfigError(f"{path} is empty; delete it to have a new key generated")
-    key = secrets.token_hex(32)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(key + "\n")
-    return key
+    if not os.path.exists(path):
+        # Written whole to a temporary file, then hard-linked into place: link() fails if
+        # the name exists, so the first process wins and no process ever reads a file that
+        # exists but is not yet written (O_CREAT|O_EXCL then write() left that window open).
+        fd, tmp = tempfile.mkstemp(prefix=".secret_key.", dir=instance_path)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process won; read its key below
+        finally:
+            os.unlink(tmp)
+    with open(path, encoding="ascii") as fh:
+        key = fh.read().strip()
+    if key:
+        return key
+    raise ConfigError(f"{path} is empty; delete it to have a new key generated")
 
 
 def check(config: Any) -> None:
@@ -86,6 +139,8 @@ def check(config: Any) -> None:
     for key, (lo, hi) in WHOLE_NUMBERS.items():
         require_number(key, config[key], lo, hi)
     require_number("AUTH_CACHE_SECONDS", config["AUTH_CACHE_SECONDS"], 0, 3600, whole=False)
+    require_number("PASSWORD_HASH_WAIT_SECONDS", config["PASSWORD_HASH_WAIT_SECONDS"], 0, 60,
+                   whole=False)
     # Per-type options: (whole numbers only, lowest, highest); checked here so that a typo in
     # the config stops start-up instead of turning every enqueue of that type into a 500.
     limits = {"lease_seconds": (False, 1, 43_200), "max_retries": (True, 0, 25),

@@ -89,6 +89,12 @@ class IdempotencyMismatch(QueuelogError):
     status, slug, title = 422, "idempotency-key-mismatch", "Idempotency key reused"
 
 
+class TooManyRequests(QueuelogError):
+    """Too many failed sign-ins (or password checks at once); carries Retry-After."""
+
+    status, slug, title = 429, "too-many-requests", "Too many requests"
+
+
 # -- the database went away ------------------------------------------------------------
 UNAVAILABLE_RETRY_AFTER = 1  # seconds; a PostgreSQL restart takes a few, clients back off
 UNAVAILABLE_DETAIL = ("The database is not answering right now; nothing was changed by this "
@@ -121,13 +127,11 @@ def is_unavailable(err: BaseException) -> bool:
     if psycopg is not None and isinstance(err, psycopg.Error):
         # OperationalError: connection lost or refused, server shutting down, disk full,
         # too many connections, serialization failure; a read-only server (a standby).
-        return isinstance(err, (psycopg.OperationalError,
-                                psycopg.errors.ReadOnlySqlTransaction)) or bool(
-            getattr(err, "connection_broken", False))
+        return isinstance(err, (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction))
     return False
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     """The driver's message, first line, for a log line (never a traceback)."""
     orig = getattr(err, "orig", None) or err
     text = str(orig).strip().splitlines()
@@ -147,7 +151,7 @@ class DatabaseHealth:
             if self.down:
                 return
             self.down = True
-        log.warning("database unavailable (%s); answering 503 until it is back", _one_line(err))
+        log.warning("database unavailable (%s); answering 503 until it is back", one_line(err))
 
     def is_back(self, log: Any) -> None:
         """Note a success; log it if it ends an incident."""

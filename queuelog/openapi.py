@@ -178,7 +178,8 @@ ERRORS = {
     413: "Body over MAX_CONTENT_LENGTH.",
     415: "The body is not application/json (required with HTTP Basic).",
     422: "A field fails validation; see `errors`.",
-    503: "The database does not answer.",
+    503: "The database does not answer or dropped the connection (the outcome of a write may "
+         "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
 }
 
 
@@ -190,6 +191,8 @@ def _problems(*codes: int) -> JSON:
                           "content": {PROBLEM: {"schema": _ref("Problem")}}}
         if code == 401:
             out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
+        if code == 503:
+            out[str(code)]["headers"] = {"Retry-After": _header("Seconds.")}
     return out
 
 
@@ -202,7 +205,7 @@ def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
         security: Any = ANY_AUTH, **extra: Any) -> JSON:
     """One operation: its success responses plus problem+json for each error code."""
     return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
-            "security": security, "responses": {**responses, **_problems(*codes)}, **extra}
+            "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
 
 
 JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JOB_ID)}
@@ -249,7 +252,11 @@ def _paths() -> JSON:
             "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
     }
     claimed = {"200": _json(job, "The claimed job, now running."),
-               "204": {"description": "No job came due within `wait`."}}
+               "204": {"description": "No job came due within `wait`; with `Retry-After: 1` when "
+                              "no long-poll slot was free (it did not wait).",
+                       "headers": {"Retry-After": {
+                           "description": "`1` when no slot was free.", "required": False,
+                           "schema": {"type": "string"}}}}}
     metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
                        "content": {"text/plain": {"schema": {"type": "string"}}}}}
     readers = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
@@ -279,7 +286,7 @@ def _paths() -> JSON:
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
         "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
-                                {"200": _json(_ref("Health"), "Healthy.")}, 503, security=[])},
+                                {"200": _json(_ref("Health"), "Healthy.")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
                                 401, 403)},
         "/openapi.json": {"get": _op("openapi", "This document", "any authenticated caller", {

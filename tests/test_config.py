@@ -1,11 +1,13 @@
 """Configuration: a config that cannot work stops start-up with a clear message."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
 
-from queuelog import create_app
+from helpers import basic, quick_hash
+from queuelog import bootstrap_admin, create_app, database_location
 from queuelog.config import ConfigError
 
 
@@ -69,3 +71,71 @@ def test_the_command_line_names_a_bad_setting_in_one_line(setting, value, messag
     assert result.exit_code == 1
     assert result.output.startswith("Error: configuration: ") and message in result.output
     assert "Traceback" not in result.output and "hunter2" not in result.output
+
+
+def test_unknown_queuelog_variables_are_warned_about_at_start(tmp_path, monkeypatch, capsys):
+    for name in [n for n in os.environ if n.startswith("QUEUELOG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("QUEUELOG_DATABASE_URL", f"sqlite:///{tmp_path}/q.sqlite3")
+    monkeypatch.setenv("QUEUELOG_SECRET_KEY", "x")
+    monkeypatch.setenv("QUEUELOG_BOOTSTRAP_ADMIN", "false")
+    monkeypatch.setenv("QUEUELOG_LEASE_SECOND", "60")                     # a typo
+    monkeypatch.setenv("QUEUELOG_FROBNICATE", "1")                        # nothing like it
+    monkeypatch.setenv("QUEUELOG_JOB_TYPES__email", "{}")                 # nested: a setting
+    monkeypatch.setenv("QUEUELOG_SESSION_COOKIE_SECURE", "true")          # Flask's own
+    for name in ("QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",  # the runner's
+                 "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID"):          # tests', jobs'
+        monkeypatch.setenv(name, "x")
+    create_app().extensions["queuelog.store"].close()
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
+    assert warned == [
+        "queuelog: warning: QUEUELOG_FROBNICATE is not a queuelog setting; it is ignored",
+        "queuelog: warning: QUEUELOG_LEASE_SECOND is not a queuelog setting; it is ignored "
+        "(did you mean QUEUELOG_LEASE_SECONDS?)"]
+
+
+def test_the_start_says_where_the_database_is_with_the_password_masked(tmp_path, capsys):
+    app = create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3", "SECRET_KEY": "x",
+                      "BOOTSTRAP_ADMIN": False})
+    app.testing = False  # (the tests' apps stay quiet)
+    bootstrap_admin(app)
+    assert f"queuelog: database sqlite:///{tmp_path}/q.sqlite3" in capsys.readouterr().err
+    app.extensions["queuelog.store"].close()
+    shown = database_location("postgresql+psycopg://ops:hunter2@db.internal:5432/queue")
+    assert shown == "postgresql+psycopg://ops:***@db.internal:5432/queue"
+    assert database_location("sqlite:///relative.sqlite3") == \
+        f"sqlite:///{os.path.abspath('relative.sqlite3')}"
+
+
+def test_a_forged_host_is_refused_when_trusted_hosts_is_set(tmp_path):
+    app = build(tmp_path, TRUSTED_HOSTS=["queue.example.com"])
+    app.extensions["queuelog.store"].accounts.create_user("ada", quick_hash("pw-123456"), "admin")
+    client, ada = app.test_client(), basic("ada", "pw-123456")
+    assert client.get("/", headers={"Host": "queue.example.com", **ada}).status_code == 302
+    for path in ("/", "/ui/", "/jobs", "/healthz"):
+        resp = client.get(path, headers={"Host": "evil.example", **ada})
+        assert resp.status_code == 400 and "Location" not in resp.headers, path
+        assert resp.mimetype == "application/problem+json"
+    assert client.get("/jobs", headers={"Host": "evil.example"}).status_code == 401  # auth first
+    (tmp_path / "open").mkdir()
+    open_app = build(tmp_path / "open")  # without the setting any Host is served
+    open_app.extensions["queuelog.store"].accounts.create_user("ada", quick_hash("pw-123456"),
+                                                               "admin")
+    assert open_app.test_client().get("/", headers={"Host": "evil.example", **ada}
+                                      ).status_code == 302
+
+
+def test_proxy_count_takes_the_client_address_from_x_forwarded_for(tmp_path):
+    """Behind a proxy the throttle must key on the client, and only then trust the header."""
+    for count, throttled_apart in ((0, False), (1, True)):
+        (tmp_path / str(count)).mkdir()
+        app = build(tmp_path / str(count), PROXY_COUNT=count)
+        client = app.test_client()
+        for _ in range(10):
+            client.get("/jobs", headers={**basic("ada", "guess"), "X-Forwarded-For": "10.0.0.1"},
+                       environ_base={"REMOTE_ADDR": "127.0.0.1"})
+        other = client.get("/jobs", headers={**basic("ada", "guess"),
+                                             "X-Forwarded-For": "10.0.0.2"},
+                           environ_base={"REMOTE_ADDR": "127.0.0.1"})
+        assert other.status_code == (401 if throttled_apart else 429), count
+        app.extensions["queuelog.store"].close()

@@ -1,9 +1,15 @@
 """Worker error text made safe to store (V-10): secrets redacted, control bytes dropped, cut."""
 from __future__ import annotations
 
+import base64
+import re
+import string
 import time
+from typing import Any
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from queuelog.sanitize import REDACTED, sanitize_error
 
@@ -93,3 +99,120 @@ def test_adversarial_text_is_sanitized_in_linear_time(text):
     out = sanitize_error(text, LIMIT)
     assert time.perf_counter() - start < 0.5
     assert len(out.encode()) <= LIMIT
+
+
+@pytest.mark.parametrize("text, secret", [
+    # Found by the audit (issue 7): each of these kept its secret.
+    ("postgresql://user:p@ss@db.example.com/x", "ss@db"),
+    ("https://user:pa/ss@host", "pa/ss"),
+    ("smtp://ops@example.com:hunter2@mail.example.com", "hunter2"),
+    ("x" + "ql_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "AbCdEfGhIjKlMnOpQrSt"),
+    ("next=%3Dql_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789", "AbCdEfGhIjKlMnOpQrSt"),
+    ("-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQOYBGZ\n-----END PGP PRIVATE KEY BLOCK-----",
+     "lQOYBGZ"),
+    ("-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHDBO\n-----END ENCRYPTED PRIVATE KEY-----",
+     "MIIFHDBO"),
+    ('secret="unterminated hunter2', "hunter2"),
+    ("password='no end in sight", "sight"),
+    ('{"password": "with \\" a quote", "user": "bob"}', "a quote"),
+    ("redirect=%2Flogin%3Fpassword%3Dhunter2%26next", "hunter2"),
+    ("PGPASSWORD=hunter2 psql", "hunter2"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl expired", "c2lnbmF0dXJl"),
+    ("push failed for ghp_0123456789abcdefghijABCDEFGHIJ012345", "ghp_0123456789"),
+])
+def test_the_audits_misses_are_redacted(text, secret):
+    out = sanitize_error(text, LIMIT)
+    assert secret not in out and REDACTED in out, out
+
+
+# -- properties: generated secrets in random surrounding text ---------------------------------
+
+# Plain text: no keyword, scheme or marker any pattern starts from, so it must come back whole.
+PLAIN = re.compile(r"(?i)password|passwd|passphrase|pwd|secret|token|api.?key|access.?key|"
+                   r"private|auth|credential|session|cookie|bearer|basic|://|-----|ql_|eyj|"
+                   r"gh[pousr]_|github_pat|xox|akia|%")
+ALNUM = string.ascii_letters + string.digits
+words = st.text(alphabet=ALNUM + " .,:;()[]{}<>!?'\"/\\-_+*#=\n\t", max_size=80).filter(
+    lambda s: PLAIN.search(s) is None)
+# A secret: at least 8 characters, so that it cannot turn up in the redacted text by chance.
+secret_chars = st.text(alphabet=ALNUM, min_size=8, max_size=40)
+# What a URL password holds as people write it: "@", "/", ":" and the like, unescaped.
+url_secret = st.builds(lambda a, b, c: a + b + c, secret_chars,
+                       st.text(alphabet=ALNUM + "@/:!$&()*+,;=%~.-_", max_size=20), secret_chars)
+names = st.sampled_from(["password", "PASSWORD", "passwd", "pwd", "secret", "client_secret",
+                         "token", "access_token", "api_key", "api-key", "apikey", "X-Api-Key",
+                         "access_key", "private_key", "auth", "credentials", "session_id",
+                         "PGPASSWORD", "db_password"])
+
+
+@st.composite
+def secret_in_context(draw: Any) -> tuple[str, str]:
+    """(text with a secret in it, the secret), in one of the shapes the sanitizer promises."""
+    secret = draw(secret_chars)
+    shape = draw(st.sampled_from(["url", "pair", "quoted", "unterminated", "json", "encoded",
+                                  "bearer", "queuelog", "pem"]))
+    if shape == "url":
+        secret = draw(url_secret)
+        scheme = draw(st.sampled_from(["https", "postgresql+psycopg", "redis", "amqp", "smtp"]))
+        user = draw(st.text(alphabet=ALNUM + ".-_@", max_size=12))
+        return f"{scheme}://{user}:{secret}@db.example.com:5432/x", secret
+    name = draw(names)
+    sep = draw(st.sampled_from(["=", ": ", " = ", ":"]))
+    if shape == "pair":
+        return f"{name}{sep}{secret}", secret
+    if shape == "quoted":
+        quote = draw(st.sampled_from(['"', "'"]))
+        inner = draw(st.text(alphabet=ALNUM + " @/:;,.&}]-\\" + ("'" if quote == '"' else '"'),
+                             max_size=10)).replace("\\", "\\\\")
+        return f"{name}{sep}{quote}{inner}{secret}{quote}", secret
+    if shape == "unterminated":
+        quote = draw(st.sampled_from(['"', "'"]))
+        return f"{name}{sep}{quote}words then {secret}", secret
+    if shape == "json":
+        return f'{{"{name}": "{secret}", "other": 1}}', secret
+    if shape == "encoded":
+        return f"next=%2Flogin%3F{name}%3D{secret}%26x%3D1", secret
+    if shape == "bearer":
+        return f"Authorization: {draw(st.sampled_from(['Bearer', 'bearer', 'Basic']))} {secret}", \
+            secret
+    if shape == "queuelog":
+        token = "ql_" + base64.urlsafe_b64encode(draw(st.binary(min_size=32, max_size=32))
+                                                 ).decode().rstrip("=")
+        assume(re.fullmatch(r"ql_[a-z]+(?:_[a-z]+)*", token) is None)  # identifier-shaped
+        return token, token[3:]
+    kind = draw(st.sampled_from(["RSA PRIVATE KEY", "PRIVATE KEY", "PGP PRIVATE KEY BLOCK",
+                                 "OPENSSH PRIVATE KEY", "EC PRIVATE KEY"]))
+    end = draw(st.booleans())  # a block cut off by truncation has no END line
+    return (f"-----BEGIN {kind}-----\n{secret}\n" + (f"-----END {kind}-----" if end else "")), \
+        secret
+
+
+@settings(max_examples=400, deadline=None)
+@given(before=words, case=secret_in_context(), after=words,
+       glue=st.sampled_from(["", " ", "\n", ": ", "(", "x"]))
+def test_a_generated_secret_never_survives(before, case, after, glue):
+    text, secret = case
+    assume(secret not in before + glue + after)  # else it would "survive" as ordinary text
+    out = sanitize_error(before + glue + text + "\n" + after, LIMIT)
+    assert secret not in out, out
+
+
+@settings(max_examples=300, deadline=None)
+@given(before=words, case=secret_in_context(), after=words)
+def test_the_text_around_a_secret_stays_useful(before, case, after):
+    """What comes before a secret is kept; so is the next line, unless the block is cut off."""
+    text, _ = case
+    out = sanitize_error(before + " " + text + "\n" + after, LIMIT)
+    assert out.startswith(before + " ")
+    if "-----BEGIN" not in text or "-----END" in text:
+        assert out.endswith("\n" + after)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=words)
+def test_plain_text_comes_back_unchanged(text):
+    assert sanitize_error(text, LIMIT) == _CONTROL_FREE(text)
+
+
+def _CONTROL_FREE(text: str) -> str:  # noqa: N802 - reads as a constant transformation
+    return re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", "", text)

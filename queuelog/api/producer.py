@@ -7,13 +7,13 @@ from typing import Any
 
 from flask import Blueprint, current_app, request, url_for
 
-from .. import metrics
+from .. import actions, metrics
 from ..auth import current_user, require
 from ..errors import Forbidden
 from ..jobs import Priority
 from ..store import NewJob, get_store
 from ..validation import Fields, compact, idempotency_header, json_body
-from . import job_json, notify, scope_of
+from . import job_json, notify
 
 bp = Blueprint("producer", __name__)
 
@@ -42,7 +42,7 @@ def enqueue() -> Any:
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
     Fields(json_body(), ()).check()  # a body, if sent, must be a JSON object with no fields
-    return job_json(get_store().cancel(job_id, scope_of(current_user())))
+    return job_json(actions.cancel(current_user(), job_id))
 
 
 def parse_new_job(body: dict[str, Any]) -> NewJob:

@@ -17,6 +17,7 @@ from ..sanitize import sanitize_error
 from ..store import get_store
 from ..validation import Fields, compact, json_body
 from . import job_json
+from .disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
@@ -61,11 +62,12 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
         job = store.claim(worker, lease_seconds=lease, types=types)
         return [] if job is None else [job]
 
-    def key_still_active() -> bool:
-        # A key revoked while its claim waits must not get a job it could never complete.
-        return store.accounts.key_for_token(token) is not None
+    def still_wanted() -> bool:
+        # A key revoked while its claim waits must not get a job it could never complete,
+        # nor a client that went away (a stopped worker): nobody would receive the job.
+        return not client_gone() and store.accounts.key_for_token(token) is not None
 
-    return long_polls().claim(try_claim, wait, key_still_active)
+    return long_polls().claim(try_claim, wait, still_wanted)
 
 
 def _bearer_token() -> str:
