@@ -44,13 +44,15 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count)  # type: ignore
     errors.init_app(app)
     store.init_app(app)
+    from . import metrics
+    metrics.init_app(app)
     auth.init_app(app)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     from . import longpoll
     longpoll.init_app(app)
 
-    from .api import admin, producer, read, worker
-    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp):
+    from .api import admin, audit, producer, read, types, worker
+    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
         app.register_blueprint(blueprint)
     from . import ui
     ui.init_app(app)

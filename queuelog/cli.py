@@ -9,6 +9,7 @@ so ``flask --app app NAME`` and ``app.test_cli_runner()`` reach it too.
 """
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -16,9 +17,9 @@ import click
 from flask import Flask
 from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
-from . import retention
+from . import actions, retention
 from .auth import KEY_ROLES, USER_ROLES, hash_password
-from .errors import Conflict
+from .errors import Conflict, is_unavailable, one_line
 from .jobs import FINISHED, Priority, Status, isoformat
 from .store import get_store
 from .validation import is_name
@@ -54,6 +55,17 @@ class QueuelogGroup(click.Group):
         """A context carrying the ``ScriptInfo`` that ``with_appcontext`` loads the app from."""
         extra.setdefault("obj", ScriptInfo(create_app=_create_app, set_debug_flag=False))
         return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a database that does not answer is one line and exit 1."""
+        try:
+            return super().invoke(ctx)
+        except Exception as exc:
+            if not is_unavailable(exc):
+                raise
+            raise click.ClickException(
+                f"the database is unavailable ({one_line(exc)}); try again when it is "
+                "back (a change may or may not have been made)") from None
 
 
 @click.group("queuelog", cls=QueuelogGroup,
@@ -131,8 +143,8 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
             raise click.BadParameter(f"unknown job types: {', '.join(unknown) or '(none given)'}",
                                      param_hint="--types")
     try:
-        key, token = get_store().accounts.create_key(
-            name, role, types=type_list, max_priority=int(Priority.from_label(max_priority)))
+        key, token = actions.create_key(actions.CLI, name, role, types=type_list,
+                                        max_priority=int(Priority.from_label(max_priority)))
     except Conflict as exc:
         raise click.ClickException(exc.detail) from None
     click.echo(f"Created {key.role} key {key.name!r}. Its token, shown only now:", err=True)
@@ -164,7 +176,7 @@ def _priority_column(role: str, max_priority: int) -> str:
 @click.argument("name")
 def keys_revoke(name: str) -> None:
     """Revoke the active key NAME; it stops working at once."""
-    if not get_store().accounts.revoke_key(name):
+    if not actions.revoke_key(actions.CLI, name):
         raise click.ClickException(f"No active key named {name!r}.")
     click.echo(f"Revoked key {name!r}.")
 
@@ -185,7 +197,7 @@ def users_create(username: str, role: str, password_stdin: bool) -> None:
                                  param_hint="USERNAME")
     password = _read_password(password_stdin)
     try:
-        get_store().accounts.create_user(username, hash_password(password), role)
+        actions.create_user(actions.CLI, username, hash_password(password), role)
     except Conflict as exc:
         raise click.ClickException(exc.detail) from None
     click.echo(f"Created {role} {username!r}.")
@@ -203,7 +215,7 @@ def users_list() -> None:
 @click.argument("username")
 def users_delete(username: str) -> None:
     """Remove USERNAME; signed-in sessions stop within AUTH_CACHE_SECONDS."""
-    if not get_store().accounts.delete_user(username):
+    if not actions.delete_user(actions.CLI, username):
         raise click.ClickException(f"No user named {username!r}.")
     click.echo(f"Deleted user {username!r}.")
 
@@ -216,7 +228,8 @@ def users_set_password(username: str, password_stdin: bool) -> None:
     accounts = get_store().accounts
     if accounts.user(username) is None:
         raise click.ClickException(f"No user named {username!r}.")
-    if not accounts.set_password(username, hash_password(_read_password(password_stdin))):
+    if not actions.set_password(actions.CLI, username,
+                                hash_password(_read_password(password_stdin))):
         raise click.ClickException(f"No user named {username!r}.")  # deleted meanwhile
     click.echo(f"Changed the password of {username!r}.")
 
@@ -236,24 +249,113 @@ def _read_password(from_stdin: bool) -> str:
 
 
 @main.command("purge")
-@click.option("--older-than", "older_than", required=True,
+@click.option("--older-than", "older_than", default=None,
               help="Delete jobs finished longer ago than this: 30s, 15min, 12h, 7d, 2w "
                    "(m alone is refused: minutes or months?).")
 @click.option("--status", "statuses", multiple=True,
               type=click.Choice([s.value for s in FINISHED]),
               help="Only these finished statuses (repeatable); default all finished.")
+@click.option("--audit-older-than", "audit_older_than", default=None,
+              help="Also delete audit events older than this (the only way they go).")
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @with_appcontext
-def purge(older_than: str, statuses: tuple[str, ...], dry_run: bool) -> None:
+def purge(older_than: str | None, statuses: tuple[str, ...],
+          audit_older_than: str | None, dry_run: bool) -> None:
     """Delete finished jobs past retention, with their history, in small batches."""
-    seconds = parse_duration(older_than)
-    chosen = [Status(s) for s in statuses] or list(FINISHED)
-    if dry_run:
-        count = get_store().count_purgeable(seconds * 1_000_000, chosen)
-        click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
-        return
-    deleted = get_store().purge(seconds * 1_000_000, chosen)
-    click.echo(f"Deleted {deleted} job(s).")
+    if older_than is None and audit_older_than is None:
+        raise click.UsageError("Give --older-than, --audit-older-than or both.")
+    audit_seconds = None
+    if audit_older_than is not None:
+        try:
+            audit_seconds = retention.parse_duration(audit_older_than)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--audit-older-than") from None
+    if older_than is not None:
+        seconds = parse_duration(older_than)
+        chosen = [Status(s) for s in statuses] or list(FINISHED)
+        if dry_run:
+            count = get_store().count_purgeable(seconds * 1_000_000, chosen)
+            click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
+        else:
+            deleted = actions.purge(actions.CLI, seconds, chosen)
+            click.echo(f"Deleted {deleted} job(s).")
+    if audit_seconds is not None:
+        if dry_run:
+            click.echo("Audit events are not counted by --dry-run; nothing deleted.")
+        else:
+            click.echo(f"Deleted {actions.purge_audit(actions.CLI, audit_seconds)} "
+                       "audit event(s).")
+
+
+@main.command("audit")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000),
+              help="How many of the newest events to show.")
+@with_appcontext
+def audit(limit: int) -> None:
+    """Show the newest audit events: who changed what, newest first."""
+    events, _ = actions.audit_events(None, limit=limit)
+    click.echo(f"{'AT':<28} {'ACTOR':<20} {'ACTION':<14} {'TARGET':<20} DETAIL")
+    for e in events:
+        detail = json.dumps(e.detail, separators=(",", ":"), sort_keys=True) if e.detail else ""
+        click.echo(f"{isoformat(e.at):<28} {e.actor:<20} {e.action:<14} "
+                   f"{e.target or '-':<20} {detail}")
+
+
+@main.command("work", context_settings={"allow_interspersed_args": False})
+@click.option("--url", envvar="QUEUELOG_URL", metavar="URL",
+              help="The queuelog server (else $QUEUELOG_URL).")
+@click.option("--token-file", metavar="PATH",
+              help="File holding the worker key (else $QUEUELOG_TOKEN_FILE, else "
+                   "$QUEUELOG_TOKEN); never the token itself, which every user could read.")
+@click.option("--types", default=None, help="Comma-separated job types to claim.")
+@click.option("--concurrency", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Jobs run at once.")
+@click.option("--lease", type=click.FloatRange(1, 43_200), default=None,
+              help="Lease in seconds (default: the server's for the job's type).")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help="Seconds a job's command may run before its process group is killed.")
+@click.option("--grace", type=click.FloatRange(0), default=30, show_default=True,
+              help="Seconds running commands get to finish after SIGTERM or SIGINT.")
+@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND [ARG...]")
+def work(url: str | None, token_file: str | None, types: str | None, concurrency: int,
+         lease: float | None, timeout: float | None, grace: float,
+         command: tuple[str, ...]) -> None:
+    """Run COMMAND for every job claimed: payload on stdin, exit 0 completes it.
+
+    It speaks HTTP to the server at URL, and loads no app and writes no file here.
+    """
+    import os
+    import shutil
+
+    from .client import Client
+    from .runner import Runner, read_token
+    if not url:
+        raise click.UsageError("no server: give --url or set QUEUELOG_URL")
+    try:
+        token = read_token(token_file or os.environ.get("QUEUELOG_TOKEN_FILE"),
+                           os.environ.get("QUEUELOG_TOKEN"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if shutil.which(command[0]) is None:
+        raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
+    type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    client = Client(url, token)
+    runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
+                    lease=lease, timeout=timeout, grace=grace)
+    sys.exit(runner.run())
+
+
+@main.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@with_appcontext
+def backup(path: str) -> None:
+    """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
+    from .store.backup import BackupRefused, backup_sqlite
+    try:
+        done = backup_sqlite(get_store().engine, path)
+    except BackupRefused as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Backed up {done.jobs} job(s) to {done.path} ({done.bytes:,} bytes).")
 
 
 def init_app(app: Flask) -> None:

@@ -127,13 +127,11 @@ def is_unavailable(err: BaseException) -> bool:
     if psycopg is not None and isinstance(err, psycopg.Error):
         # OperationalError: connection lost or refused, server shutting down, disk full,
         # too many connections, serialization failure; a read-only server (a standby).
-        return isinstance(err, (psycopg.OperationalError,
-                                psycopg.errors.ReadOnlySqlTransaction)) or bool(
-            getattr(err, "connection_broken", False))
+        return isinstance(err, (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction))
     return False
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     """The driver's message, first line, for a log line (never a traceback)."""
     orig = getattr(err, "orig", None) or err
     text = str(orig).strip().splitlines()
@@ -153,7 +151,7 @@ class DatabaseHealth:
             if self.down:
                 return
             self.down = True
-        log.warning("database unavailable (%s); answering 503 until it is back", _one_line(err))
+        log.warning("database unavailable (%s); answering 503 until it is back", one_line(err))
 
     def is_back(self, log: Any) -> None:
         """Note a success; log it if it ends an incident."""

@@ -80,6 +80,7 @@ class LongPolls:
         ``max_jobs``). ``still_allowed`` is asked before every later look: once it says no
         (the key was revoked while it waited) the poll ends with nothing and claims no more.
         """
+        deadline = time.monotonic() + wait
         seen = self.bell.count
         jobs = try_claim()
         if jobs or wait <= 0 or self.stopping:
@@ -92,7 +93,7 @@ class LongPolls:
             self.waiting += 1
         try:
             self._watch_for_shutdown()
-            return self._wait(try_claim, time.monotonic() + wait, seen, still_allowed)
+            return self._wait(try_claim, deadline, seen, still_allowed)
         finally:
             with self._count_lock:
                 self.waiting -= 1

@@ -180,7 +180,8 @@ ERRORS = {
     422: "A field fails validation; see `errors`.",
     429: "HTTP Basic: 10 failed sign-ins within a minute for this username from this address "
          "(or too many password checks at once); no password is checked until Retry-After.",
-    503: "The database does not answer.",
+    503: "The database does not answer or dropped the connection (the outcome of a write may "
+         "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
 }
 
 
@@ -192,8 +193,8 @@ def _problems(*codes: int) -> JSON:
                           "content": {PROBLEM: {"schema": _ref("Problem")}}}
         if code == 401:
             out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
-        if code == 429:
-            out[str(code)]["headers"] = {"Retry-After": _header("Seconds to wait.")}
+        if code in (429, 503):
+            out[str(code)]["headers"] = {"Retry-After": _header("Seconds.")}
     return out
 
 
@@ -208,7 +209,7 @@ def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
     if any("basic" in scheme for scheme in security):
         codes = (*codes, 429)  # the sign-in throttle answers any Basic request
     return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
-            "security": security, "responses": {**responses, **_problems(*codes)}, **extra}
+            "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
 
 
 JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JOB_ID)}
@@ -255,7 +256,11 @@ def _paths() -> JSON:
             "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
     }
     claimed = {"200": _json(job, "The claimed job, now running."),
-               "204": {"description": "No job came due within `wait`."}}
+               "204": {"description": "No job came due within `wait`; with `Retry-After: 1` when "
+                              "no long-poll slot was free (it did not wait).",
+                       "headers": {"Retry-After": {
+                           "description": "`1` when no slot was free.", "required": False,
+                           "schema": {"type": "string"}}}}}
     metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
                        "content": {"text/plain": {"schema": {"type": "string"}}}}}
     readers = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
@@ -285,7 +290,7 @@ def _paths() -> JSON:
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
         "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
-                                {"200": _json(_ref("Health"), "Healthy.")}, 503, security=[])},
+                                {"200": _json(_ref("Health"), "Healthy.")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
                                 401, 403)},
         "/openapi.json": {"get": _op("openapi", "This document", "any authenticated caller", {

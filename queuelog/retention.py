@@ -88,8 +88,10 @@ class Retention:
             self._last = now
             deleted = 0
             for status, seconds in self.rules.items():
+                # Audited like a purge from the command line, as actor "retention".
                 deleted += self.store.purge(seconds * 1_000_000, [status],
-                                            batch=self.batch, max_batches=1)
+                                            batch=self.batch, max_batches=1,
+                                            actor="retention")
             if deleted:
                 log.info("retention: deleted %d finished job(s)", deleted)
             return deleted

@@ -57,6 +57,9 @@ Index("ix_jobs_producer_id", jobs.c.producer, jobs.c.id)
 Index("ix_jobs_worker_id", jobs.c.worker_id, jobs.c.id)
 # Retention deletes the oldest finished jobs first, in batches.
 Index("ix_jobs_status_finished", jobs.c.status, jobs.c.finished_at)
+# The oldest due pending job of a type (GET /types, queue age): one seek per type.
+Index("ix_jobs_pending_type_run", jobs.c.type, jobs.c.run_at,
+      sqlite_where=text("status = 'pending'"), postgresql_where=text("status = 'pending'"))
 
 job_attempts = Table(
     "job_attempts", metadata,

@@ -6,7 +6,6 @@ job before it reaches a viewer's template (V-10), not merely left unrendered.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -14,11 +13,11 @@ from flask import (Blueprint, Flask, current_app, flash, redirect, render_templa
                    url_for)
 from flask_wtf.csrf import CSRFError, CSRFProtect
 
-from .api import notify
-from .auth import Principal, current_user, refuse_cross_site, require
+from . import actions
+from .auth import current_user, refuse_cross_site, require
 from .charts import minute_chart
 from .errors import JobNotFound, WrongState
-from .jobs import Job, Priority, Status, isoformat, to_datetime
+from .jobs import Priority, Status, isoformat, to_datetime
 from .store import get_store
 from .validation import MAX_JOB_ID, is_name
 
@@ -41,15 +40,6 @@ HEADERS = {
 
 class BadFilter(Exception):
     """A query-string value the dashboard cannot use."""
-
-
-def for_reader(job: Job, who: Principal) -> Job:
-    """The job as this reader may see it: viewers get no error text at all (V-10)."""
-    if who.is_admin:
-        return job
-    attempts = None if job.attempts is None else tuple(
-        dataclasses.replace(a, error=None) for a in job.attempts)
-    return dataclasses.replace(job, error=None, attempts=attempts)
 
 
 def parse_filters(args: Any) -> dict[str, Any]:
@@ -103,8 +93,8 @@ def index() -> Any:
         "ui/index.html", filters=filters, types=types, statuses=STATUS_CHOICES,
         priorities=PRIORITY_CHOICES, counts=store.count_by_status(current_app.config["COUNT_CAP"]),
         cap=current_app.config["COUNT_CAP"], chart=minute_chart(store.outcomes_per_minute(60)),
-        jobs=[for_reader(j, who) for j in page.jobs], older=page.older, newer=page.newer,
-        now=store.clock())
+        jobs=[actions.visible(j, who) for j in page.jobs], older=page.older, newer=page.newer,
+        now=store.clock(), bulk=_bulk_offer(f, who.is_admin))
 
 
 @bp.get("/jump")
@@ -126,7 +116,7 @@ def jump() -> Any:
 def job(job_id: int) -> Any:
     """One job: details, times, payload, result, history; error and buttons for admins."""
     try:
-        found = for_reader(get_store().get(job_id), current_user())
+        found = actions.visible(get_store().get(job_id), current_user())
     except JobNotFound:
         return _error_page(404, "No such job", f"There is no job #{job_id}.")
     return render_template("ui/job.html", job=found, now=get_store().clock())
@@ -150,20 +140,33 @@ def _act(job_id: int, action: str) -> Any:
     # Authenticated and authorized by now (401/403 come first); then the form checks.
     refuse_cross_site()
     csrf.protect()
-    store = get_store()
     try:
         if action == "retry":
-            store.retry(job_id)
-            notify()
+            actions.retry(current_user(), job_id)
             flash(f"Job #{job_id} is pending again, with fresh retries.", "ok")
         else:
-            store.cancel(job_id)
+            actions.cancel(current_user(), job_id)
             flash(f"Job #{job_id} is cancelled.", "ok")
     except JobNotFound:
         return _error_page(404, "No such job", f"There is no job #{job_id}.")
     except WrongState as exc:
         flash(f"Job #{job_id} was not changed: {exc.detail}", "error")
     return redirect(url_for(".job", job_id=job_id), 303)
+
+
+def _bulk_offer(f: dict[str, Any], is_admin: bool) -> dict[str, Any] | None:
+    """The bulk action the current filter allows an admin, with its (capped) count."""
+    verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel"}.get(f["status"] or "")
+    if not is_admin or verb is None:
+        return None
+    cap = current_app.config["COUNT_CAP"]
+    n = get_store().count_matching(Status(f["status"]), type=f["type"],
+                                   priority=_prio_value(f["priority"]), cap=cap)
+    return {"verb": verb, "count": n, "cap": cap} if n else None
+
+
+def _prio_value(label: str | None) -> int | None:
+    return None if label is None else int(Priority.from_label(label))
 
 
 def _csrf_failed(exc: CSRFError) -> Any:
@@ -185,13 +188,14 @@ def init_app(app: Flask) -> None:
     csrf.init_app(app)
     if app.config.get("SESSION_COOKIE_SAMESITE") is None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"  # the session holds the CSRF secret
+    from . import ui_admin  # noqa: F401  (its pages register on this blueprint)
     app.register_blueprint(bp)
     app.register_error_handler(CSRFError, _csrf_failed)
     app.extensions["queuelog.html_error"] = _error_page  # errors.unavailable: the 503 page
     app.after_request(_secure_headers)
     app.add_url_rule("/", "index", _root)
     app.jinja_env.filters.update(ts=_ts, iso=isoformat, count=_count, prio=_prio,
-                                 pretty=_pretty)
+                                 pretty=_pretty, duration=_duration)
 
     @app.context_processor
     def _who() -> dict[str, Any]:
@@ -215,6 +219,22 @@ def _count(value: int, cap: int) -> str:
 
 def _prio(value: int) -> str:
     return Priority.from_value(value).label
+
+
+def _duration(us: int | None) -> str:
+    """A span of time for people: 850 ms, 12.3 s, 4 min 05 s, 2 h 03 min."""
+    if us is None:
+        return ""
+    seconds = us / 1_000_000
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {sec:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
 
 def _pretty(value: Any) -> str:

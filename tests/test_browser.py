@@ -262,3 +262,83 @@ def test_auto_refresh_waits_while_someone_types(live: Live, open_as: Any,
     assert page.evaluate("window.__before_reload === undefined")  # reloaded
     page.locator("#autorefresh").uncheck()  # the choice persists: leave it off
     assert problems == []
+
+
+def test_at_1400_px_the_job_table_fits_and_shows_the_error_column(
+        live: Live, browser: Any, problems: list[str]) -> None:
+    """No sideways scrolling and no error cell cut off, with a long error text too."""
+    job, _ = live.store.enqueue(NewJob("billing", "long-error", "{}", 0, 0))
+    claimed = live.store.claim("worker-long", lease_seconds=60, types=["long-error"])
+    assert claimed is not None and claimed.id == job.id
+    live.store.fail(job.id, "worker-long", claimed.attempt,
+                    f"{MARKER} " + "Traceback: a very long error line without breaks_" * 12,
+                    retry=False)
+    context = browser.new_context(http_credentials=ADMIN, viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        for path in ("/ui/", "/ui/?status=failed"):
+            page.goto(live.base + path)
+            box = page.evaluate("""() => {
+                const s = document.querySelector('.table-card .scroll');
+                const cells = [...document.querySelectorAll('table.jobs .error-cell')];
+                return {scroll: s.scrollWidth, client: s.clientWidth,
+                        page: document.documentElement.scrollWidth, view: window.innerWidth,
+                        right: Math.max(...cells.map(c => c.getBoundingClientRect().right)),
+                        narrowest: Math.min(...cells.map(c => c.getBoundingClientRect().width))};
+            }""")
+            assert box["scroll"] <= box["client"], (path, box)      # no sideways scroll
+            assert box["page"] <= box["view"], (path, box)
+            assert box["right"] <= box["view"], (path, box)          # the column is not cut
+            assert box["narrowest"] >= 150, (path, box)              # and has room to read
+        assert MARKER in page.inner_text("table.jobs")
+    finally:
+        context.close()
+        live.store.retry(job.id)  # leave the module's data as other tests expect it
+        live.store.cancel(job.id)
+
+
+def test_admin_pauses_a_type_and_reads_the_audit_log(live: Live, open_as: Any,
+                                                     problems: list[str]) -> None:
+    page = open_as(ADMIN)
+    page.goto(live.base + "/ui/types")
+    assert page.locator("table.types tbody tr").count() == len(TYPES)
+    page.click("button:has-text('Pause sync')")
+    page.wait_for_selector(".flash-ok")
+    assert "sync" in live.store.paused()
+    assert page.locator("button:has-text('Resume sync')").count() == 1
+    page.click("nav.pages a:has-text('Audit')")
+    page.wait_for_url(re.compile(r"/ui/audit$"))
+    first = page.locator("table.audit tbody tr").first.inner_text()
+    assert "type.pause" in first and ADMIN["username"] in first and "sync" in first
+    page.goto(live.base + "/ui/types")
+    page.click("button:has-text('Resume sync')")
+    page.wait_for_selector(".flash-ok")
+    assert live.store.paused() == {}
+    assert problems == []
+
+
+def test_admin_retries_all_failed_pdf_jobs_after_confirming(live: Live, open_as: Any,
+                                                            problems: list[str]) -> None:
+    page = open_as(ADMIN)
+    failed_pdf = [i for i in live.ids["failed"] if live.store.get(i).type == "pdf"
+                  and live.store.get(i).status is Status.FAILED]
+    assert failed_pdf
+    page.goto(live.base + "/ui/?status=failed&type=pdf")
+    page.click("a.bulk-retry")
+    page.wait_for_url(re.compile(r"/ui/bulk/retry\?"))
+    assert f"Retry {len(failed_pdf)} job" in page.inner_text("h1")
+    page.click("button:has-text('Retry all')")
+    page.wait_for_selector(".flash-ok")
+    assert f"{len(failed_pdf)} job(s) are pending again" in page.inner_text(".flash-ok")
+    assert all(live.store.get(i).status is Status.PENDING for i in failed_pdf)
+    assert problems == []
+
+
+def test_viewer_sees_types_but_no_buttons_nor_audit(live: Live, open_as: Any,
+                                                    problems: list[str]) -> None:
+    page = open_as(VIEWER)
+    page.goto(live.base + "/ui/types")
+    assert page.locator("form").count() == 0
+    assert page.locator("nav.pages a:has-text('Audit')").count() == 0
+    assert page.goto(live.base + "/ui/audit").status == 403
+    assert [p for p in problems if "403" not in p] == []

@@ -250,13 +250,14 @@ def test_help_and_version_load_no_app_and_create_no_file(tmp_path):
         return proc.stdout
 
     listed = run("--help")
-    for command in ("init-db", "keys", "users", "purge", "run"):
+    for command in ("init-db", "keys", "users", "purge", "run", "work"):
         assert f"\n  {command} " in listed, command
     for flask_only in ("routes", "shell", "--env-file", "--app"):
         assert flask_only not in listed, flask_only
     assert "Usage: queuelog " in listed
     assert run("--version").strip() == f"queuelog, version {_version()}"
     assert "Create a key" in run("keys", "--help")
+    assert "--token-file" in run("work", "--help")
     assert _files_under(str(tmp_path)) == before
     assert not os.path.exists(os.path.join(site, "instance"))
 

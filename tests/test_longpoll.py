@@ -12,6 +12,7 @@ import time
 from typing import Any, Callable
 
 import pytest
+from helpers import enqueue
 
 from queuelog import longpoll
 from queuelog.config import ConfigError
@@ -46,12 +47,6 @@ def _polling(app: Any, headers: dict[str, str], wait: float, answers: list[Any]
     return thread
 
 
-def _enqueue(client: Any, producer: dict[str, str]) -> dict[str, Any]:
-    resp = client.post("/jobs", json={"type": "email"}, headers=producer)
-    assert resp.status_code == 201, resp.get_data(as_text=True)
-    return resp.json  # type: ignore[no-any-return]
-
-
 def test_a_claim_beyond_the_slots_answers_at_once_with_retry_after(app, client, producer,
                                                                    worker):
     polls: LongPolls = app.extensions["queuelog.longpoll"]
@@ -64,12 +59,12 @@ def test_a_claim_beyond_the_slots_answers_at_once_with_retry_after(app, client, 
         assert time.monotonic() - began < 2  # not held for its 20 s
         assert extra.status_code == 204 and extra.headers["Retry-After"] == "1"
         # Turned away from waiting, not from claiming: a due job is still handed out at once.
-        job = _enqueue(client, producer)
+        job = enqueue(client, producer)
         _until(lambda: len(answers) == 1)  # one waiting poll took it...
         assert answers[0].status_code == 200 and answers[0].json["id"] == job["id"]
         _until(lambda: polls.waiting == SLOTS - 1)  # ...and gave its slot back
-        _enqueue(client, producer)
-        _enqueue(client, producer)  # one for the other waiting poll, one for this claim
+        enqueue(client, producer)
+        enqueue(client, producer)  # one for the other waiting poll, one for this claim
         _until(lambda: len(answers) == 2)
         assert client.post("/jobs/claim", json={"wait": 20}, headers=worker).status_code == 200
     finally:
@@ -110,7 +105,7 @@ def test_a_key_revoked_while_its_claim_waits_never_gets_a_job(app, client, store
     try:
         _until(lambda: polls.waiting == 1)
         assert store.accounts.revoke_key("mailer-1")
-        job = _enqueue(client, producer)  # rings the bell: the poll wakes, looks at its key
+        job = enqueue(client, producer)  # rings the bell: the poll wakes, looks at its key
         thread.join(timeout=10)
     finally:
         polls.stop()
@@ -120,7 +115,7 @@ def test_a_key_revoked_while_its_claim_waits_never_gets_a_job(app, client, store
     assert store.list_jobs().jobs[0].worker_id is None
 
 
-def test_a_revoked_key_stops_waiting_without_any_enqueue(app, store, worker, monkeypatch):
+def test_a_revoked_key_stops_waiting_without_anyenqueue(app, store, worker, monkeypatch):
     """No bell: the next look (the fallback poll) sees the key gone and ends the wait."""
     monkeypatch.setattr(longpoll, "MAX_PAUSE", 0.2)
     polls: LongPolls = app.extensions["queuelog.longpoll"]

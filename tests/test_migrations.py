@@ -23,12 +23,15 @@ from sqlalchemy.engine import make_url
 from conftest import BACKENDS
 from queuelog import create_app
 from queuelog.jobs import Status
-from queuelog.schema import metadata
+from queuelog.schema import metadata, paused_types
 from queuelog.store import NewJob, Store, migrate
 from queuelog.store.migrate import alembic_config, current, head, scripts
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 LEGACY_TABLES = ("jobs", "job_attempts", "api_keys", "users")
+# The newest revision file's id: a new migration moves it, and these tests with it.
+HEAD = sorted(p.name for p in (pathlib.Path(migrate.__file__).parent.parent / "migrations"
+                               / "versions").glob("0*.py"))[-1][:4]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -75,6 +78,8 @@ def fill_every_state(store: Store) -> None:
     def new(key: str | None = None, retries: int = 3) -> NewJob:
         return NewJob(producer="billing", type="email", payload_json='{"n": 1}', priority=10,
                       max_retries=retries, idempotency_key=key, request_hash=key and "h" * 64)
+    # Today's claim skips paused types, a table that release did not have: lent for the fill.
+    paused_types.create(store.engine)
     store.enqueue(new("pending-1"))
     done, _ = store.enqueue(new("done-1"))
     store.claim("w1", lease_seconds=60)  # pending-1 is older: it is claimed first, stays running
@@ -90,6 +95,7 @@ def fill_every_state(store: Store) -> None:
     store.accounts.create_key("old", "worker", types=None, max_priority=10)
     store.accounts.revoke_key("old")
     store.accounts.create_user("ann", "pbkdf2:sha256:1000$salt$hash", "admin")
+    paused_types.drop(store.engine)
 
 
 def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
@@ -110,7 +116,7 @@ def test_an_empty_database_is_created_at_head(fresh_url):
     try:
         assert current(store.engine) is None
         store.create_schema()
-        assert current(store.engine) == head() == "0002"
+        assert current(store.engine) == head() == HEAD
         assert {"audit_events", "paused_types", *LEGACY_TABLES} <= set(
             inspect(store.engine).get_table_names())
     finally:
@@ -252,15 +258,15 @@ def test_cli_db_current_and_upgrade(fresh_url, tmp_path):
         with store.engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0001")
         out = runner.invoke(args=["db", "current"])
-        assert out.exit_code == 0 and out.output.strip() == "0001 (head is 0002)", out.output
+        assert out.exit_code == 0 and out.output.strip() == f"0001 (head is {HEAD})", out.output
         out = runner.invoke(args=["db", "upgrade"])
         assert out.exit_code == 0, out.output
-        assert "upgraded from 0001 to 0002" in out.output
+        assert f"upgraded from 0001 to {HEAD}" in out.output
         out = runner.invoke(args=["db", "current"])
-        assert out.output.strip() == "0002 (head)", out.output
+        assert out.output.strip() == f"{HEAD} (head)", out.output
         out = runner.invoke(args=["db", "upgrade"])
-        assert out.exit_code == 0 and "already at 0002" in out.output, out.output
+        assert out.exit_code == 0 and f"already at {HEAD}" in out.output, out.output
         out = runner.invoke(args=["init-db"])
-        assert out.exit_code == 0 and "0002" in out.output, out.output
+        assert out.exit_code == 0 and HEAD in out.output, out.output
     finally:
         store.close()

@@ -48,14 +48,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return built
 
 
-def test_the_wheel_carries_every_template_and_static_file(wheel):
+def test_the_wheel_carries_every_template_static_file_and_migration(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     templates = {f"queuelog/templates/{p.relative_to(ROOT / 'templates').as_posix()}"
                  for p in (ROOT / "templates").rglob("*.html")}
     static = {f"queuelog/static/{p.name}" for p in (ROOT / "queuelog" / "static").iterdir()
               if p.is_file()}
-    assert templates and static
-    assert templates | static <= names, sorted((templates | static) - names)
+    migrations = {f"queuelog/{p.relative_to(ROOT / 'queuelog').as_posix()}"
+                  for p in (ROOT / "queuelog" / "migrations").rglob("*")
+                  if p.is_file() and p.suffix in (".py", ".mako")}
+    assert templates and static and migrations
+    wanted = templates | static | migrations
+    assert wanted <= names, sorted(wanted - names)
 
 
 def test_an_installed_wheel_renders_the_dashboard(wheel, tmp_path):

@@ -164,3 +164,41 @@ def test_metrics_counts_read_one_index_in_order(filled):
     assert sum(n for _, _, n in counts) == ROWS
     statement, params = _one(sent, "SELECT")
     assert_indexed(filled, plan(filled, statement, params), "ix_jobs_status_type_id")
+
+
+def _gauge_plans(store: Store) -> dict[str, str]:
+    """The plans of the statements /metrics sends for its gauges, by what they read."""
+    with recorded(store) as sent:
+        store.gauges(["email", "pdf"])
+    plans: dict[str, str] = {}
+    for statement, params in sent:
+        if "paused_types" in statement:
+            continue
+        key = ("oldest" if "run_at <=" in statement else
+               "expired" if "lease_expires_at <" in statement else "counts")
+        plans[key] = plans.get(key, "") + plan(store, statement, params) + "\n"
+    return plans
+
+
+def test_metrics_gauges_each_walk_their_index(filled):
+    """Counts: the (status, type) index alone; oldest due: the claim index, in order;
+    expired leases: the lease index (only running jobs, by lease end)."""
+    plans = _gauge_plans(filled)
+    assert set(plans) == {"counts", "oldest", "expired"}
+    assert_indexed(filled, plans["counts"], "ix_jobs_status_type_id")
+    assert_indexed(filled, plans["oldest"], "ix_jobs_claim")
+    assert "ix_jobs_lease" in plans["expired"], plans["expired"]
+    if filled.engine.dialect.name == "sqlite":  # the GROUP BY sorts the few expired rows
+        assert all("USING" in line for line in plans["expired"].splitlines()
+                   if line.startswith("SCAN")), plans["expired"]
+    else:
+        assert "Seq Scan" not in plans["expired"], plans["expired"]
+
+
+def test_metrics_gauge_values_on_the_filled_table(filled):
+    gauges = filled.gauges(["email", "pdf"])
+    assert sum(n for _, n in gauges.counts) == ROWS
+    # Every pending (rare) job is a due pdf job; the oldest has waited longest.
+    assert set(gauges.oldest_due) == {"pdf"}
+    assert gauges.oldest_due["pdf"] == filled.clock() - (ROWS - 50)
+    assert gauges.expired == {} and gauges.paused == set()

@@ -82,7 +82,8 @@ def admin_user(store: Store) -> dict[str, str]:
 
 def every_page(ids: dict[str, int]) -> list[str]:
     """Every dashboard page for the seeded jobs, with each filter."""
-    pages = ["/ui/", "/ui/?type=email", "/ui/?priority=high", "/ui/?status=&type=&priority="]
+    pages = ["/ui/", "/ui/?type=email", "/ui/?priority=high", "/ui/?status=&type=&priority=",
+             "/ui/types"]
     pages += [f"/ui/?status={s}" for s in ALL_STATUSES]
     pages += [f"/ui/jobs/{i}" for i in ids.values()]
     pages += [f"/ui/?before={max(ids.values())}", f"/ui/?after={min(ids.values())}"]
@@ -414,3 +415,156 @@ def test_first_admin_is_created_once_when_started_concurrently(
     page = app.test_client().get("/ui/", headers={"Authorization": f"Basic {raw}"})
     assert page.status_code == 200 and '<span class="role">admin</span>' in page.text
     assert bootstrap_admin(app) is None  # a later start creates no one
+
+
+def form_token(client: Any, path: str, headers: dict[str, str]) -> str:
+    """The hidden csrf_token of the first form on a page."""
+    match = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path, headers=headers).text)
+    assert match, f"no CSRF token on {path}"
+    return match.group(1)
+
+
+def test_types_page(client: Any, store: Store, seeded: dict[str, int], viewer: dict[str, str],
+                    admin_user: dict[str, str]) -> None:
+    page = client.get("/ui/types", headers=viewer)
+    assert page.status_code == 200
+    for name in ("email", "pdf", "sync"):
+        assert f'href="/ui/?type={name}"' in page.text
+    assert "<form" not in page.text and MARKER not in page.text
+    page = client.get("/ui/types", headers=admin_user).text
+    assert "Pause email" in page and "Resume" not in page
+
+
+def test_pause_and_resume_from_the_types_page(client: Any, store: Store,
+                                              admin_user: dict[str, str],
+                                              viewer: dict[str, str]) -> None:
+    url = "/ui/types/email/pause"
+    assert client.post(url, headers=admin_user).status_code == 400  # no CSRF token
+    token = form_token(client, "/ui/types", admin_user)
+    assert client.post(url, data={"csrf_token": token}, headers=viewer).status_code == 403
+    assert client.post(url, data={"csrf_token": token},
+                       headers={**admin_user, "Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert store.paused() == {}
+    resp = client.post(url, data={"csrf_token": token}, headers=admin_user)
+    assert resp.status_code == 303 and resp.headers["Location"].endswith("/ui/types")
+    assert "email" in store.paused()
+    page = client.get("/ui/types", headers=admin_user).text
+    assert "Type email is paused" in page and "Resume email" in page
+    assert client.post("/ui/types/fax/pause", data={"csrf_token": token},
+                       headers=admin_user).status_code == 404
+    client.post("/ui/types/email/resume", data={"csrf_token": token}, headers=admin_user)
+    assert store.paused() == {}
+
+
+def test_audit_page_is_for_admins_and_pages(client: Any, store: Store, viewer: dict[str, str],
+                                            admin_user: dict[str, str]) -> None:
+    assert client.get("/ui/audit", headers=viewer).status_code == 403
+    assert 'href="/ui/audit"' not in client.get("/ui/", headers=viewer).text
+    for i in range(ui.PAGE_SIZE + 5):
+        store.set_paused("pdf", i % 2 == 0, f"op-{i}")
+    page = client.get("/ui/audit", headers=admin_user)
+    assert page.status_code == 200 and f"op-{ui.PAGE_SIZE + 4}" in page.text
+    assert "op-0<" not in page.text  # the oldest is on the next page
+    older = re.search(r'href="/ui/audit\?before=(\d+)"', page.text)
+    assert older
+    page = client.get(f"/ui/audit?before={older.group(1)}", headers=admin_user).text
+    assert "op-0<" in page and f"op-{ui.PAGE_SIZE + 4}<" not in page
+    assert client.get("/ui/audit?before=x", headers=admin_user).status_code == 400
+
+
+def test_retry_all_through_a_confirmation_page(client: Any, store: Store, clock: Any,
+                                               admin_user: dict[str, str],
+                                               viewer: dict[str, str]) -> None:
+    failed_ids = []
+    for _ in range(3):
+        add(store, "pdf")
+        failed_ids.append(run(store, "failed"))
+    other = add(store, "email")
+    run(store, "failed")
+    listing = client.get("/ui/?status=failed&type=pdf", headers=admin_user).text
+    assert "Retry all 3" in listing
+    assert "Retry all" not in client.get("/ui/?status=failed&type=pdf", headers=viewer).text
+    assert "/ui/bulk/" not in client.get("/ui/?status=completed", headers=admin_user).text
+    assert "/ui/bulk/" not in client.get("/ui/?type=pdf", headers=admin_user).text
+    confirm = client.get("/ui/bulk/retry?status=failed&type=pdf", headers=admin_user)
+    assert confirm.status_code == 200 and "Retry 3 jobs?" in confirm.text
+    assert store.get(failed_ids[0]).status is Status.FAILED  # looking changes nothing
+    assert client.get("/ui/bulk/retry?status=failed", headers=viewer).status_code == 403
+    assert client.get("/ui/bulk/retry?status=pending", headers=admin_user).status_code == 400
+    form = {"status": "failed", "type": "pdf"}
+    assert client.post("/ui/bulk/retry", data=form, headers=admin_user).status_code == 400
+    token = form_token(client, "/ui/bulk/retry?status=failed&type=pdf", admin_user)
+    assert client.post("/ui/bulk/retry", data={**form, "csrf_token": token},
+                       headers=viewer).status_code == 403
+    assert all(store.get(i).status is Status.FAILED for i in failed_ids)
+    resp = client.post("/ui/bulk/retry", data={**form, "csrf_token": token}, headers=admin_user)
+    assert resp.status_code == 303 and "status=failed" in resp.headers["Location"]
+    assert all(store.get(i).status is Status.PENDING for i in failed_ids)
+    assert store.get(other).status is Status.FAILED
+    assert "3 job(s) are pending again" in client.get(resp.headers["Location"],
+                                                      headers=admin_user).text
+
+
+def test_cancel_all_pending(client: Any, store: Store, admin_user: dict[str, str]) -> None:
+    held = add(store)
+    run(store, "running")
+    pending = [add(store, priority=10) for _ in range(2)] + [add(store)]
+    assert "Cancel all 2" in client.get("/ui/?status=pending&priority=medium",
+                                        headers=admin_user).text
+    confirm = client.get("/ui/bulk/cancel?status=pending&priority=medium", headers=admin_user)
+    assert "Cancel 2 jobs?" in confirm.text
+    token = form_token(client, "/ui/bulk/cancel?status=pending&priority=medium", admin_user)
+    client.post("/ui/bulk/cancel", data={"status": "pending", "priority": "medium",
+                                         "csrf_token": token}, headers=admin_user)
+    assert [store.get(i).status.value for i in pending] == ["cancelled"] * 2 + ["pending"]
+    assert store.get(held).status is Status.RUNNING
+
+
+def test_a_running_job_whose_lease_ran_out_is_marked(client: Any, store: Store, clock: Any,
+                                                     viewer: dict[str, str]) -> None:
+    job_id = add(store)
+    run(store, "running")  # a 60 s lease
+    assert "lease expired" not in client.get("/ui/", headers=viewer).text
+    assert "lease expired" not in client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+    clock.advance(61)
+    assert "lease expired" in client.get("/ui/", headers=viewer).text
+    assert "lease expired" in client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+
+
+def test_a_retried_pending_job_is_not_shown_as_held(client: Any, store: Store,
+                                                    admin_user: dict[str, str]) -> None:
+    job_id = add(store)
+    run(store, "failed")
+    store.retry(job_id)
+    page = client.get(f"/ui/jobs/{job_id}", headers=admin_user).text
+    assert "Last worker" in page and "(not held now)" in page and "Last claimed" in page
+    assert "<dt>Worker</dt>" not in page
+    listing = client.get("/ui/", headers=admin_user).text
+    row = re.search(rf'<tr>\s*<td><a href="/ui/jobs/{job_id}">.*?</tr>', listing, re.S)
+    assert row and "mailer-1" not in row.group(0)
+    run(store, "running")  # claimed again: now it is held
+    assert "<dt>Worker</dt><dd>mailer-1</dd>" in client.get(f"/ui/jobs/{job_id}",
+                                                            headers=admin_user).text
+
+
+def test_attempts_show_their_duration(client: Any, store: Store, clock: Any,
+                                      viewer: dict[str, str]) -> None:
+    job_id = add(store)
+    job = store.claim("mailer-1", lease_seconds=600)
+    assert job is not None
+    clock.advance(12.5)
+    assert "12.5 s so far" in client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+    store.fail(job_id, "mailer-1", job.attempt, "x", retry_in=0)
+    job = store.claim("mailer-1", lease_seconds=600)
+    assert job is not None
+    clock.advance(185)
+    store.complete(job_id, "mailer-1", job.attempt)
+    page = client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+    assert ">12.5 s<" in page and ">3 min 05 s<" in page
+
+
+@pytest.mark.parametrize("us, text", [(0, "0 ms"), (850_000, "850 ms"), (1_000_000, "1.0 s"),
+                                      (59_940_000, "59.9 s"), (61_000_000, "1 min 01 s"),
+                                      (7_380_000_000, "2 h 03 min")])
+def test_duration_format(us: int, text: str) -> None:
+    assert ui._duration(us) == text

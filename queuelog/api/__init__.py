@@ -3,27 +3,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import actions
 from ..auth import Principal, current_user
 from ..jobs import Job
 from ..longpoll import Wakeup, long_polls  # Wakeup: re-exported for older importers
-from ..store import ALL, Scope
+from ..store import Scope
 
 
 def scope_of(principal: Principal) -> Scope:
-    """Which jobs a principal may read: a producer its own, a worker those it held."""
-    if principal.role == "producer":
-        return Scope(producer=principal.name)
-    if principal.role == "worker":
-        return Scope(worker=principal.name)
-    return ALL
+    """Which jobs a principal may read (the rule lives in ``actions``)."""
+    return actions.scope_of(principal)
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    """A job as the current caller may see it (error text for admins only, V-10)."""
-    who = current_user()
-    return job.to_dict(show_error=who.is_admin,
-                       show_key=who.is_admin or (who.role == "producer"
-                                                 and job.producer == who.name))
+    """A job as the current caller may see it (the rule lives in ``actions``, V-10)."""
+    return actions.job_view(job, current_user())
 
 
 def wakeup() -> Wakeup:

@@ -7,12 +7,13 @@ from typing import Any
 
 from flask import Blueprint, current_app, request, url_for
 
+from .. import actions, metrics
 from ..auth import current_user, require
 from ..errors import Forbidden
 from ..jobs import Priority
 from ..store import NewJob, get_store
 from ..validation import Fields, compact, idempotency_header, json_body
-from . import job_json, notify, scope_of
+from . import job_json, notify
 
 bp = Blueprint("producer", __name__)
 
@@ -30,6 +31,7 @@ def enqueue() -> Any:
     body = job_json(job)
     if created:
         notify()
+        metrics.jobs_enqueued(job.type)
         return body, 201, {"Location": url_for("read.get_job", job_id=job.id)}
     return body, 200, {"Idempotent-Replayed": "true",
                        "Location": url_for("read.get_job", job_id=job.id)}
@@ -40,7 +42,7 @@ def enqueue() -> Any:
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
     Fields(json_body(), ()).check()  # a body, if sent, must be a JSON object with no fields
-    return job_json(get_store().cancel(job_id, scope_of(current_user())))
+    return job_json(actions.cancel(current_user(), job_id))
 
 
 def parse_new_job(body: dict[str, Any]) -> NewJob:

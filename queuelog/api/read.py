@@ -62,19 +62,11 @@ def healthz() -> Any:
 @bp.get("/metrics")
 @require("admin", "metrics")
 def metrics() -> Any:
-    """Prometheus text exposition of job counts per status and type."""
-    lines = ["# HELP queuelog_jobs Jobs in the table, by status and type.",
-             "# TYPE queuelog_jobs gauge"]
-    counts = {(status, job_type): n
-              for status, job_type, n in get_store().count_by_status_and_type()}
-    # Every status of every configured type, zeros included: Prometheus alerts on a
-    # series that exists, and a missing one reads as "no data", not as 0.
-    for status in Status:
-        for job_type in current_app.config["JOB_TYPES"]:
-            counts.setdefault((status.value, job_type), 0)
-    for (status, job_type), count in sorted(counts.items()):
-        lines.append(f'queuelog_jobs{{status="{status}",type="{_label(job_type)}"}} {count}')
-    return "\n".join(lines) + "\n", 200, {"Content-Type": "text/plain; version=0.0.4"}
+    """Prometheus exposition: gauges read from the database now, counters, latencies."""
+    from ..metrics import exposition
+    body, content_type = exposition(get_store(), list(current_app.config["JOB_TYPES"]),
+                                    request.headers.get("Accept"))
+    return body, 200, {"Content-Type": content_type}
 
 
 @bp.get("/openapi.json")
@@ -121,7 +113,3 @@ def _int_arg(args: Any, name: str, lo: int, hi: int, default: int,
         errors.append({"field": name, "detail": f"Must be an integer from {lo} to {hi}."})
         return default
     return int(raw)
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")

@@ -8,6 +8,7 @@ from typing import Any
 
 from flask import Blueprint, current_app, request
 
+from .. import metrics
 from ..auth import current_user, require
 from ..errors import Forbidden
 from ..jobs import Job
@@ -16,6 +17,7 @@ from ..sanitize import sanitize_error
 from ..store import get_store
 from ..validation import Fields, compact, json_body
 from . import job_json
+from .disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
@@ -60,11 +62,12 @@ def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
         job = store.claim(worker, lease_seconds=lease, types=types)
         return [] if job is None else [job]
 
-    def key_still_active() -> bool:
-        # A key revoked while its claim waits must not get a job it could never complete.
-        return store.accounts.key_for_token(token) is not None
+    def still_wanted() -> bool:
+        # A key revoked while its claim waits must not get a job it could never complete,
+        # nor a client that went away (a stopped worker): nobody would receive the job.
+        return not client_gone() and store.accounts.key_for_token(token) is not None
 
-    return long_polls().claim(try_claim, wait, key_still_active)
+    return long_polls().claim(try_claim, wait, still_wanted)
 
 
 def _bearer_token() -> str:
@@ -96,7 +99,9 @@ def complete(job_id: int) -> Any:
     if result_json is not None and len(result_json.encode("utf-8")) > limit:
         f.error("result", f"Larger than {limit} bytes as compact JSON.")
     f.check()
-    return job_json(get_store().complete(job_id, current_user().name, attempt, result_json))
+    job = get_store().complete(job_id, current_user().name, attempt, result_json)
+    metrics.attempt_finished(job.type, "completed")
+    return job_json(job)
 
 
 @bp.post(f"/jobs/{JOB_ID}/fail")
@@ -110,5 +115,7 @@ def fail(job_id: int) -> Any:
     retry_in = f.number("retry_in", 0, 86_400, default=None)
     f.check()
     clean = sanitize_error(error, current_app.config["MAX_ERROR_BYTES"])
-    return job_json(get_store().fail(job_id, current_user().name, attempt, clean,
-                                     retry=retry, retry_in=retry_in))
+    job = get_store().fail(job_id, current_user().name, attempt, clean, retry=retry,
+                           retry_in=retry_in)
+    metrics.attempt_finished(job.type, "failed")
+    return job_json(job)

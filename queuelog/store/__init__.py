@@ -11,17 +11,19 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 
 from ..config import ConfigError
 from .accounts import Accounts, ApiKey, User, hash_token
+from .admin import Admin, TypeSummary
+from .audit import Audit, Event
 from .engine import create_schema, make_engine, system_clock
 from .queue import NewJob, Queue
 from .reads import ALL, Page, Reads, Scope
 from .stats import Series, Stats
 
-__all__ = ["ALL", "Accounts", "ApiKey", "NewJob", "Page", "Scope", "Series", "Store", "User",
-           "get_store", "hash_token", "init_app"]
+__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "Store",
+           "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats):
-    """Job verbs, dashboard reads and ``accounts`` (keys, users): one engine, one clock."""
+class Store(Queue, Reads, Stats, Admin, Audit):
+    """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,

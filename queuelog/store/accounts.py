@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ..errors import Conflict
 from ..schema import api_keys, users
+from .audit import record
 from .engine import Clock, system_clock, writer
 
 TOKEN_BYTES = 32
@@ -70,8 +71,8 @@ class Accounts:
         self._name_lock = text("SELECT pg_advisory_xact_lock(7262018)")  # key and user names
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
-                   max_priority: int = 10) -> tuple[ApiKey, str]:
-        """Store a new key; return it and its token (shown once, never stored)."""
+                   max_priority: int = 10, actor: str | None = None) -> tuple[ApiKey, str]:
+        """Store a new key; return it and its token (shown once, never stored or audited)."""
         token = "ql_" + secrets.token_urlsafe(TOKEN_BYTES)
         try:
             with self._write.begin() as conn:
@@ -84,6 +85,9 @@ class Accounts:
                     types=None if types is None else json.dumps(types),
                     max_priority=max_priority, created_at=self.clock())
                     .returning(*api_keys.c)).one()
+                if actor is not None:
+                    record(conn, row.created_at, actor, "key.create", name,
+                           {"role": role, "types": types, "max_priority": max_priority})
         except IntegrityError:
             raise Conflict(f"An active key named {name!r} exists; revoke it first.") from None
         return ApiKey.from_row(row), token
@@ -105,15 +109,19 @@ class Accounts:
             rows = conn.execute(select(api_keys).order_by(api_keys.c.id)).all()
         return [ApiKey.from_row(r) for r in rows]
 
-    def revoke_key(self, name: str) -> bool:
+    def revoke_key(self, name: str, actor: str | None = None) -> bool:
         """Revoke the active key of this name; False if there is none."""
         with self._write.begin() as conn:
+            now = self.clock()
             done = conn.execute(update(api_keys).where(
                 api_keys.c.name == name, api_keys.c.revoked_at.is_(None))
-                .values(revoked_at=self.clock()))
-        return done.rowcount > 0
+                .values(revoked_at=now)).rowcount > 0
+            if done and actor is not None:
+                record(conn, now, actor, "key.revoke", name)
+        return done
 
-    def create_user(self, username: str, password_hash: str, role: str) -> User:
+    def create_user(self, username: str, password_hash: str, role: str,
+                    actor: str | None = None) -> User:
         """Add a person; Conflict if the name is taken."""
         try:
             with self._write.begin() as conn:
@@ -121,8 +129,11 @@ class Accounts:
                 if conn.execute(self._active_key_named, {"name": username}).first() is not None:
                     raise Conflict(f"An active key is named {username!r}: keys and users share "
                                    "one name space; choose another name.")
+                now = self.clock()
                 conn.execute(insert(users).values(username=username, password_hash=password_hash,
-                                                  role=role, created_at=self.clock()))
+                                                  role=role, created_at=now))
+                if actor is not None:
+                    record(conn, now, actor, "user.create", username, {"role": role})
         except IntegrityError:
             raise Conflict(f"User {username!r} exists.") from None
         return User(username, role, password_hash)
@@ -164,16 +175,22 @@ class Accounts:
             rows = conn.execute(select(users).order_by(users.c.username)).all()
         return [User(r.username, r.role, r.password_hash) for r in rows]
 
-    def delete_user(self, username: str) -> bool:
+    def delete_user(self, username: str, actor: str | None = None) -> bool:
         """Remove a person; False if there is none of that name."""
         with self._write.begin() as conn:
-            return conn.execute(delete(users).where(users.c.username == username)).rowcount > 0
+            done = conn.execute(delete(users).where(users.c.username == username)).rowcount > 0
+            if done and actor is not None:
+                record(conn, self.clock(), actor, "user.delete", username)
+            return done
 
-    def set_password(self, username: str, password_hash: str) -> bool:
+    def set_password(self, username: str, password_hash: str, actor: str | None = None) -> bool:
         """Replace a person's password; False if there is none of that name."""
         with self._write.begin() as conn:
-            return conn.execute(update(users).where(users.c.username == username)
+            done = conn.execute(update(users).where(users.c.username == username)
                                 .values(password_hash=password_hash)).rowcount > 0
+            if done and actor is not None:
+                record(conn, self.clock(), actor, "user.password", username)
+            return done
 
     def user(self, username: str) -> User | None:
         """The user of this name, or None."""

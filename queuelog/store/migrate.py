@@ -22,7 +22,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect
+from sqlalchemy import Connection, Engine, inspect, text
 
 from .engine import writer
 
@@ -65,7 +65,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
         return before, before  # the common start: one read, no lock taken
     if engine.dialect.name == "postgresql":
         with engine.begin() as conn:
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_LOCK_KEY})")
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK_KEY})
             return _upgrade(conn)
     with writer(engine).begin() as conn:  # BEGIN IMMEDIATE: SQLite's write lock, up front
         return _upgrade(conn)

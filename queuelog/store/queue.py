@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, insert,
                         literal, select, text, update)
@@ -17,7 +17,8 @@ from sqlalchemy.exc import IntegrityError
 from ..errors import (Conflict, IdempotencyMismatch, JobNotFound, NotHolder, StaleAttempt,
                       WrongState)
 from ..jobs import FINISHED, Job, Outcome, Status, backoff_seconds
-from ..schema import job_attempts, jobs
+from ..schema import job_attempts, jobs, paused_types
+from .audit import Tally, record
 from .engine import Clock, system_clock, writer
 from .reads import ALL, Scope, get_row, scope_conditions, status_is
 
@@ -30,6 +31,7 @@ PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
 # indexes (see _build). Static text; every value is a bound parameter.
 _SQLITE_DUE = ("SELECT cand.id FROM jobs AS cand INDEXED BY ix_jobs_claim "
                "WHERE cand.status = 'pending' AND cand.run_at <= :now {typed}"
+               "AND cand.type NOT IN (SELECT type FROM paused_types) "
                "ORDER BY cand.priority DESC, cand.run_at, cand.id LIMIT 1")
 _SQLITE_EXPIRED = (f"SELECT id, attempt FROM jobs INDEXED BY ix_jobs_lease "
                    f"WHERE status = 'running' AND lease_expires_at < :now "
@@ -67,6 +69,8 @@ class Queue:
         self.rng = rng or random.Random()
         self.lease_seconds = lease_seconds
         self.type_leases = dict(type_leases or {})
+        # Told the type of each job whose lease a claim took back (the metrics count them).
+        self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         self._build(engine.dialect.name == "postgresql")
 
     # -- statements, built once ------------------------------------------------
@@ -80,7 +84,10 @@ class Queue:
             b("lease_us", type_=BigInteger),
             case(by_type, value=jobs.c.type, else_=default_us) if by_type else default_us)
         cand = jobs.alias("cand")  # not correlated with the UPDATE's own jobs
-        due = (select(cand.c.id).where(status_is(Status.PENDING, cand), cand.c.run_at <= b("now"))
+        # A paused type is skipped by the walk (the small paused_types set is read once
+        # per statement), so the claim stays a walk of the claim index in claim order.
+        due = (select(cand.c.id).where(status_is(Status.PENDING, cand), cand.c.run_at <= b("now"),
+                                       cand.c.type.not_in(select(paused_types.c.type)))
                .order_by(cand.c.priority.desc(), cand.c.run_at, cand.c.id).limit(1))
         typed = due.where(cand.c.type.in_(b("types", expanding=True)))
         if postgres:
@@ -222,8 +229,8 @@ class Queue:
                 self._refuse(conn, job_id, worker, attempt)
             return job
 
-    def cancel(self, job_id: int, scope: Scope = ALL) -> Job:
-        """Cancel a pending job (a producer only its own)."""
+    def cancel(self, job_id: int, scope: Scope = ALL, actor: str | None = None) -> Job:
+        """Cancel a pending job (a producer only its own); audited when ``actor`` is given."""
         with self._write.begin() as conn:
             now = self.clock()
             cond = [jobs.c.id == job_id, status_is(Status.PENDING), *scope_conditions(scope)]
@@ -233,9 +240,11 @@ class Queue:
             if row is None:
                 get_row(conn, job_id, scope)  # 404 when missing or not visible
                 raise WrongState("Only a pending job can be cancelled.")
+            if actor is not None:
+                record(conn, now, actor, "job.cancel", str(job_id))
             return Job.from_row(row._mapping)
 
-    def retry(self, job_id: int) -> Job:
+    def retry(self, job_id: int, actor: str | None = None) -> Job:
         """Put a failed or cancelled job back to pending with fresh retries (admin)."""
         with self._write.begin() as conn:
             now = self.clock()
@@ -248,12 +257,21 @@ class Queue:
             if row is None:
                 get_row(conn, job_id, ALL)
                 raise WrongState("Only a failed or cancelled job can be retried.")
+            if actor is not None:
+                record(conn, now, actor, "job.retry", str(job_id))
             return Job.from_row(row._mapping)
 
     def purge(self, older_than_us: int, statuses: Sequence[Status] = FINISHED,
-              batch: int = PURGE_BATCH, max_batches: int | None = None) -> int:
-        """Delete finished jobs (and their history) finished before the cutoff, in batches."""
+              batch: int = PURGE_BATCH, max_batches: int | None = None,
+              actor: str | None = None, audit_empty: bool = False) -> int:
+        """Delete finished jobs (and their history) finished before the cutoff, in batches.
+
+        With an ``actor`` the purge is audited (``jobs.purge``, one event counting every
+        batch); ``audit_empty`` records it even when nothing was deleted.
+        """
         wanted = [s.value for s in statuses if s in FINISHED]
+        tally = Tally(actor, "jobs.purge", None,
+                      {"older_than_seconds": older_than_us // 1_000_000, "status": wanted})
         total = batches = 0
         while wanted and (max_batches is None or batches < max_batches):
             batches += 1
@@ -268,6 +286,8 @@ class Queue:
                 if ids:
                     conn.execute(delete(job_attempts).where(job_attempts.c.job_id.in_(ids)))
                     conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
+                last = len(ids) < batch or (max_batches is not None and batches >= max_batches)
+                tally.add(conn, cutoff + older_than_us, len(ids), force=audit_empty and last)
             total += len(ids)
             if len(ids) < batch:
                 break
@@ -287,8 +307,10 @@ class Queue:
 
     def _expire_leases(self, conn: Connection, now: int) -> None:
         for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
-            self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
-                              LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
+            job = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
+                                    LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
+            if job is not None:
+                self.on_lease_expired(job.type)
 
     def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
                      outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,

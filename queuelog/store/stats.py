@@ -12,14 +12,25 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, literal_column, select
+from sqlalchemy import Engine, bindparam, func, literal_column, select, text
 
 from ..jobs import FINISHED, Outcome, Priority, Status
-from ..schema import job_attempts, jobs
+from ..schema import job_attempts, jobs, paused_types
 from .engine import Clock
 
 MINUTE_US = 60_000_000
 FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gauges:
+    """What /metrics reads from the database at scrape time."""
+
+    now: int                                 # epoch microseconds of the snapshot
+    counts: list[tuple[tuple[str, str], int]]  # ((status, type), jobs)
+    oldest_due: dict[str, int]               # type -> run_at of its oldest due pending job
+    expired: dict[str, int]                  # type -> running jobs past their lease
+    paused: set[str]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +64,30 @@ def _counts_statement() -> Any:
     return select(*cols)
 
 
+# In index order, so the (status, type, id) index answers alone: no rows, no sort.
+_COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
+           .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))
+# Oldest due job of one type at one priority: the claim index (priority, run_at, id) is in
+# run_at order within a priority, so the walk stops at the first row of that type (a type
+# with no due jobs walks the due range of its priority). SQLite is pinned to that index
+# as the claim is (see queue.py); PostgreSQL's planner needs no help. Static text, one
+# per dialect: every value is a bound parameter.
+_OLDEST_DUE_SQLITE = text(
+    "SELECT run_at FROM jobs INDEXED BY ix_jobs_claim WHERE status = 'pending' "
+    "AND priority = :p AND type = :t AND run_at <= :now ORDER BY run_at LIMIT 1")
+_OLDEST_DUE_PG = text(
+    "SELECT run_at FROM jobs WHERE status = 'pending' "
+    "AND priority = :p AND type = :t AND run_at <= :now ORDER BY run_at LIMIT 1")
+# Expired leases: the lease index holds running jobs only, by lease end; the range below
+# ``now`` is what the next claim takes back (normally empty or tiny).
+_EXPIRED_SQLITE = text(
+    "SELECT type, count(*) FROM jobs INDEXED BY ix_jobs_lease WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
+_EXPIRED_PG = text(
+    "SELECT type, count(*) FROM jobs WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
+
+
 @functools.lru_cache(maxsize=1)
 def _purgeable_statement() -> Any:
     return (select(func.count()).select_from(jobs)
@@ -77,6 +112,25 @@ class Stats:
 
     engine: Engine
     clock: Clock
+
+    def gauges(self, types: Sequence[str]) -> Gauges:
+        """The /metrics gauges, from one connection; each read walks an index."""
+        sqlite = self.engine.dialect.name == "sqlite"
+        oldest_due = _OLDEST_DUE_SQLITE if sqlite else _OLDEST_DUE_PG
+        now = self.clock()
+        with self.engine.connect() as conn:
+            counts = [((st, t), int(n)) for st, t, n in conn.execute(_COUNTS)]
+            oldest: dict[str, int] = {}
+            for job_type in types:
+                found = [conn.execute(oldest_due, {"p": int(p), "t": job_type,
+                                                   "now": now}).scalar()
+                         for p in Priority]  # one short index walk per priority
+                if any(v is not None for v in found):
+                    oldest[job_type] = int(min(v for v in found if v is not None))
+            expired = {t: int(n) for t, n in conn.execute(
+                _EXPIRED_SQLITE if sqlite else _EXPIRED_PG, {"now": now})}
+            paused = set(conn.execute(select(paused_types.c.type)).scalars())
+        return Gauges(now, counts, oldest, expired, paused)
 
     def count_purgeable(self, older_than_us: int, statuses: Sequence[Status]) -> int:
         """How many jobs ``purge`` with these arguments would delete now (``--dry-run``)."""

@@ -1,0 +1,259 @@
+"""A small HTTP client for any queuelog server (the worker runner is built on it).
+
+It imports nothing from the server side (no Flask, no SQLAlchemy), so a worker host needs only
+this module and httpx. Jobs are plain dicts, as the API sends them; every error answer is a
+``ProblemError``, and a server that does not answer at all is ``Unreachable``.
+"""
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from datetime import datetime
+from typing import Any, Iterator
+
+import httpx
+
+# Long enough for a slow database; a long poll adds its ``wait`` to the read timeout.
+TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# Retries of an answer (heartbeat, complete, fail): capped exponential backoff with jitter.
+RETRY_FIRST_SECONDS = 0.25
+RETRY_MAX_SECONDS = 10.0
+# Answers whose outcome is unknown: the request may or may not have been applied.
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ClientError(Exception):
+    """Base of the errors raised by ``Client``."""
+
+
+class ProblemError(ClientError):
+    """An error answer (RFC 9457 problem+json), or any non-2xx answer turned into one."""
+
+    def __init__(self, status: int, type: str, detail: str,
+                 errors: list[dict[str, Any]] | None = None, *, title: str = "",
+                 retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {type}: {detail}")
+        self.status = status
+        self.type = type
+        self.title = title
+        self.detail = detail
+        self.errors = errors or []
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        """True when retrying the same request later may succeed (5xx, 429)."""
+        return self.status in TRANSIENT_STATUSES or self.status > 500
+
+
+class Unreachable(ClientError):
+    """The server did not answer: connection refused or reset, or a timeout."""
+
+
+def backoff(tries: int, first: float = RETRY_FIRST_SECONDS,
+            cap: float = RETRY_MAX_SECONDS) -> float:
+    """Seconds to wait before retry number ``tries`` (0-based): capped, with equal jitter."""
+    return min(cap, first * 2 ** min(tries, 30)) * random.uniform(0.5, 1.0)
+
+
+def lease_deadline(job: dict[str, Any]) -> float:
+    """The job's ``lease_expires_at`` as epoch seconds (now, when the job carries none)."""
+    stamp = job.get("lease_expires_at")
+    if not stamp:
+        return time.time()
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+class Client:
+    """One queuelog server and one API key, over a kept-alive connection pool.
+
+    ``heartbeat``, ``complete`` and ``fail`` are fenced by the job's attempt, so they are safe
+    to repeat: when the server is unreachable or answers 5xx they are retried until they land
+    or the job's lease would have run out. A retried ``complete`` or ``fail`` that then gets a
+    409 looks at the job's history: if its own attempt's outcome was recorded, the earlier try
+    landed and the call succeeds. The client can be shared between threads.
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float | httpx.Timeout = TIMEOUT,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self._closed = threading.Event()  # set by close(): retries stop waiting
+        self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
+        self._http = httpx.Client(
+            base_url=self.url + "/", timeout=timeout, transport=transport,
+            headers={"Authorization": f"Bearer {token}", "User-Agent": "queuelog-client"})
+
+    def close(self) -> None:
+        """Close the connections; retries in other threads give up."""
+        self._closed.set()
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- producers ---------------------------------------------------------------------------
+
+    def enqueue(self, type: str, payload: dict[str, Any] | None = None,
+                **fields: Any) -> dict[str, Any]:
+        """Enqueue one job (``priority``, ``max_retries``, ``run_at``, ``idempotency_key``...)."""
+        body = {"type": type, **{k: v for k, v in fields.items() if v is not None}}
+        if payload is not None:
+            body["payload"] = payload
+        return self._request("POST", "jobs", body)
+
+    def enqueue_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Enqueue a batch (each item a ``POST /jobs`` body), all or nothing; jobs in order."""
+        return list(self._request("POST", "jobs/batch", {"jobs": list(items)})["jobs"])
+
+    # -- workers -----------------------------------------------------------------------------
+
+    def claim(self, types: list[str] | None = None, wait: float = 0,
+              max_jobs: int | None = None,
+              lease_seconds: float | None = None) -> dict[str, Any] | list[dict[str, Any]] | None:
+        """Claim a job (or ``None``); with ``max_jobs`` a list of up to that many (maybe empty).
+
+        ``wait`` (up to 30 s) long-polls: the server answers as soon as a job is due.
+        """
+        body: dict[str, Any] = {}
+        if types is not None:
+            body["types"] = list(types)
+        if wait:
+            body["wait"] = wait
+        if max_jobs is not None:
+            body["max_jobs"] = max_jobs
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        read = (self._timeout.read or TIMEOUT.read) + wait
+        t = self._timeout
+        timeout = httpx.Timeout(connect=t.connect, read=read, write=t.write,
+                                pool=t.pool) if wait else None
+        answer = self._request("POST", "jobs/claim", body, timeout=timeout)
+        if max_jobs is not None:
+            return list(answer["jobs"]) if answer else []
+        return answer  # None on 204
+
+    def heartbeat(self, job: dict[str, Any], lease_seconds: float | None = None) -> dict[str, Any]:
+        """Extend the lease of a held job; returns the job with its new ``lease_expires_at``."""
+        body: dict[str, Any] = {"attempt": job["attempt"]}
+        if lease_seconds is not None:
+            body["lease_seconds"] = lease_seconds
+        return self._answer(job, "heartbeat", body, outcome=None)
+
+    def complete(self, job: dict[str, Any], result: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Complete a held job, with an optional result object."""
+        body: dict[str, Any] = {"attempt": job["attempt"]}
+        if result is not None:
+            body["result"] = result
+        return self._answer(job, "complete", body, outcome="completed")
+
+    def fail(self, job: dict[str, Any], error: str, retry: bool = True,
+             retry_in: float | None = None) -> dict[str, Any]:
+        """Fail a held attempt: retried later as the job's retries allow, unless ``retry`` is False."""
+        body: dict[str, Any] = {"attempt": job["attempt"], "error": error, "retry": retry}
+        if retry_in is not None:
+            body["retry_in"] = retry_in
+        return self._answer(job, "fail", body, outcome="failed")
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def get(self, id: int) -> dict[str, Any]:
+        """One job, with ``attempts``: its history."""
+        return self._request("GET", f"jobs/{int(id)}")
+
+    def list(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Every job the key may see (``status``, ``type``, ``priority``, ``limit`` per page)."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        while True:
+            page = self._request("GET", "jobs", params=params)
+            yield from page["jobs"]
+            if not page.get("next_cursor"):
+                return
+            params["cursor"] = page["next_cursor"]
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _answer(self, job: dict[str, Any], verb: str, body: dict[str, Any],
+                outcome: str | None) -> dict[str, Any]:
+        """POST a fenced answer; retry what may not have landed until the lease runs out."""
+        path = f"jobs/{int(job['id'])}/{verb}"
+        deadline = lease_deadline(job)
+        tries = 0
+        while True:
+            try:
+                return self._request("POST", path, body)
+            except ProblemError as exc:
+                if exc.status == 409 and tries and outcome is not None:
+                    landed = self._landed(job, outcome)
+                    if landed is not None:
+                        return landed
+                if not exc.transient or self._give_up(deadline, tries):
+                    raise
+                delay = max(backoff(tries), min(exc.retry_after or 0, RETRY_MAX_SECONDS))
+            except Unreachable:
+                if self._give_up(deadline, tries):
+                    raise
+                delay = backoff(tries)
+            tries += 1
+            self._closed.wait(min(delay, max(0.05, deadline - time.time())))
+
+    def _give_up(self, deadline: float, tries: int) -> bool:
+        return self._closed.is_set() or time.time() >= deadline
+
+    def _landed(self, job: dict[str, Any], outcome: str) -> dict[str, Any] | None:
+        """The job, if its history shows that this attempt ended with ``outcome`` (else None).
+
+        An earlier try whose answer was lost (a 503, a dropped connection) may have been
+        committed; the retry then gets 409 and only the history can tell.
+        """
+        try:
+            current = self.get(job["id"])
+        except ClientError:
+            return None
+        for entry in current.get("attempts") or ():
+            if entry.get("attempt") == job["attempt"] and entry.get("outcome") == outcome:
+                return current
+        return None
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                 params: dict[str, Any] | None = None,
+                 timeout: httpx.Timeout | None = None) -> Any:
+        """One request; the decoded JSON answer (None for 204), or an exception."""
+        extra: dict[str, Any] = {}
+        if timeout is not None:
+            extra["timeout"] = timeout
+        try:
+            resp = self._http.request(method, path, json=body, params=params, **extra)
+        except httpx.TransportError as exc:
+            raise Unreachable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
+        except RuntimeError as exc:  # the client was closed by another thread
+            raise Unreachable(f"{self.url}: {exc}") from exc
+        if resp.status_code == 204:
+            return None
+        if resp.is_success:
+            return resp.json()
+        raise _problem(resp)
+
+
+def _problem(resp: httpx.Response) -> ProblemError:
+    """A ``ProblemError`` from an error answer, problem+json or not (a proxy's HTML page)."""
+    retry_after: float | None = None
+    try:
+        retry_after = float(resp.headers.get("Retry-After", ""))
+    except ValueError:
+        pass
+    try:
+        body = resp.json()
+    except (ValueError, json.JSONDecodeError):
+        body = None
+    if isinstance(body, dict) and "type" in body:
+        return ProblemError(resp.status_code, str(body.get("type")), str(body.get("detail", "")),
+                            body.get("errors") if isinstance(body.get("errors"), list) else None,
+                            title=str(body.get("title", "")), retry_after=retry_after)
+    text = " ".join(resp.text.split())[:200] or resp.reason_phrase
+    return ProblemError(resp.status_code, "about:blank", text, None, title=resp.reason_phrase,
+                        retry_after=retry_after)

@@ -1,0 +1,140 @@
+"""One run of the worker's command: its own process group, payload in, bounded output out."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from typing import IO, Any
+
+STDOUT_TAIL = 4096           # kept as {"stdout": ...} when the output is not a JSON object
+STDOUT_WHOLE = 1 << 20       # output up to this size is tried as a JSON result
+ERROR_BYTES = 8192           # MAX_ERROR_BYTES' default: the server cuts the error there
+PIPE_SETTLE_SECONDS = 1.0    # after the command exits, how long its pipes may stay open
+
+
+class Capture:
+    """The bytes a pipe carried: all of them up to ``whole``, then only the last ``tail``."""
+
+    def __init__(self, whole: int, tail: int) -> None:
+        self.whole, self.tail = whole, tail
+        self.data = bytearray()
+        self.overflowed = False
+
+    def add(self, chunk: bytes) -> None:
+        """Append a chunk, dropping the oldest bytes once over the limit."""
+        self.data += chunk
+        if len(self.data) > self.whole or (self.overflowed and len(self.data) > self.tail):
+            self.overflowed = True
+            del self.data[:-self.tail]
+
+    def last(self, size: int) -> str:
+        """The last ``size`` bytes as text (a character cut in half is dropped)."""
+        return bytes(self.data[-size:]).decode("utf-8", "ignore") if size > 0 else ""
+
+
+class JobProcess:
+    """COMMAND started without a shell in a new session, the payload on its standard input.
+
+    A new session makes it the leader of its own process group, so ``kill`` reaches its
+    children and grandchildren too, and a Ctrl-C at the runner's terminal does not.
+    """
+
+    def __init__(self, argv: list[str], payload: Any, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+        self.stdout = Capture(STDOUT_WHOLE, STDOUT_TAIL)
+        self.stderr = Capture(ERROR_BYTES, ERROR_BYTES)
+        self._readers = [self._thread(self._read, self.proc.stdout, self.stdout),
+                         self._thread(self._read, self.proc.stderr, self.stderr)]
+        data = json.dumps(payload, separators=(",", ":")).encode("utf-8") + b"\n"
+        if len(data) <= 65536:  # fits a Linux pipe: the write cannot block
+            self._write(self.proc.stdin, data)
+        else:
+            self._thread(self._write, self.proc.stdin, data)
+
+    @staticmethod
+    def _thread(target: Any, *args: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        thread.start()
+        return thread
+
+    @staticmethod
+    def _write(pipe: IO[bytes] | None, data: bytes) -> None:
+        assert pipe is not None
+        try:
+            pipe.write(data)
+            pipe.close()
+        except OSError:  # the command exited without reading it all: its business
+            pass
+
+    @staticmethod
+    def _read(pipe: IO[bytes], into: Capture) -> None:
+        with pipe:
+            while chunk := pipe.read1(65536):  # type: ignore[attr-defined]
+                into.add(chunk)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the command to exit; True once it has."""
+        try:
+            self.proc.wait(timeout=max(0.0, timeout))
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the whole process group (the command and everything it started)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def finish(self) -> int:
+        """After exit: collect the output; returns the exit status (negative: a signal).
+
+        Children left behind keep the pipes open; they get a moment, then the group is
+        killed, so a job's stray processes do not outlive it.
+        """
+        code = self.proc.wait()
+        if not self._drain(PIPE_SETTLE_SECONDS):
+            self.kill()
+            self._drain(PIPE_SETTLE_SECONDS)
+        return code
+
+    def _drain(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        for reader in self._readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        return not any(r.is_alive() for r in self._readers)
+
+
+def describe_exit(code: int) -> str:
+    """``exit status 3`` or ``killed by signal 9 (SIGKILL)``."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = "unknown"
+    return f"killed by signal {-code} ({name})"
+
+
+def parse_result(out: Capture) -> dict[str, Any] | None:
+    """A JSON object on standard output is the result; other output is its tail; none: None."""
+    text = bytes(out.data).decode("utf-8", "replace") if not out.overflowed else None
+    if text is not None:
+        if not text.strip():
+            return None
+        try:
+            value = json.loads(text, parse_constant=_refuse_constant)
+        except ValueError:
+            value = None
+        if isinstance(value, dict):
+            return value
+    return {"stdout": out.last(STDOUT_TAIL)}
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN and Infinity: the server would refuse them

@@ -1,0 +1,274 @@
+"""queuelog.client: against the app in process (httpx's WSGI transport), on both backends."""
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterator
+
+import httpx
+import pytest
+from server_process import ROOT, free_port
+
+from queuelog import client as client_module
+from queuelog.client import Client, ProblemError, Unreachable
+
+
+def token_of(headers: dict[str, str]) -> str:
+    """The bearer token in an Authorization header."""
+    return headers["Authorization"].split()[1]
+
+
+@pytest.fixture
+def real_time(clock: Any) -> Any:
+    """The fake clock set to now: the client compares leases with the wall clock."""
+    clock.now = int(time.time() * 1_000_000)
+    return clock
+
+
+@pytest.fixture
+def connect(app: Any, real_time: Any) -> Iterator[Callable[..., Client]]:
+    """A Client for a key header, talking to the test app through ``transport``."""
+    made: list[Client] = []
+
+    def make(headers: dict[str, str], transport: httpx.BaseTransport | None = None) -> Client:
+        c = Client("http://queue.test", token_of(headers),
+                   transport=transport or httpx.WSGITransport(app=app))
+        made.append(c)
+        return c
+    yield make
+    for c in made:
+        c.close()
+
+
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Answer retries a few milliseconds apart."""
+    monkeypatch.setattr(client_module, "RETRY_FIRST_SECONDS", 0.005)
+
+
+def test_importing_the_client_imports_no_flask_or_sqlalchemy():
+    code = ("import sys, queuelog.client; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('flask', 'sqlalchemy', 'werkzeug', 'psycopg')); print(bad)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": ROOT}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_a_job_round_trip(connect, producer, worker, admin):
+    p, w = connect(producer), connect(worker)
+    job = p.enqueue("email", {"to": "ada@example.com"}, priority="medium", max_retries=5)
+    assert job["status"] == "pending" and job["payload"] == {"to": "ada@example.com"}
+    assert job["max_retries"] == 5 and job["priority"] == "medium"
+    claimed = w.claim(["email"], lease_seconds=60)
+    assert claimed["id"] == job["id"] and claimed["attempt"] == 1
+    beat = w.heartbeat(claimed)
+    assert beat["lease_expires_at"] >= claimed["lease_expires_at"]
+    done = w.complete(beat, {"sent": True})
+    assert done["status"] == "completed" and done["result"] == {"sent": True}
+    assert w.claim() is None
+    seen = connect(admin).get(job["id"])
+    assert [a["outcome"] for a in seen["attempts"]] == ["completed"]
+
+
+def test_fail_retries_or_fails_for_good(connect, producer, worker, admin):
+    p, w = connect(producer), connect(worker)
+    first = p.enqueue("pdf")
+    again = w.fail(w.claim(), "printer on fire", retry_in=0)
+    assert again["status"] == "pending" and again["retry_count"] == 1
+    final = w.fail(w.claim(), "still on fire", retry=False)
+    assert final["status"] == "failed" and final["id"] == first["id"]
+    assert connect(admin).get(first["id"])["error"] == "still on fire"
+
+
+def test_idempotent_enqueue_replays(connect, producer):
+    p = connect(producer)
+    one = p.enqueue("email", {"n": 1}, idempotency_key="k-1")
+    assert p.enqueue("email", {"n": 1}, idempotency_key="k-1")["id"] == one["id"]
+    with pytest.raises(ProblemError) as info:
+        p.enqueue("email", {"n": 2}, idempotency_key="k-1")
+    assert info.value.status == 422 and info.value.type.endswith("idempotency-key-mismatch")
+
+
+def test_list_walks_every_page(connect, producer, admin):
+    p = connect(producer)
+    ids = [p.enqueue("sync", {"n": n})["id"] for n in range(7)]
+    p.enqueue("email")
+    listed = [j["id"] for j in connect(admin).list(type="sync", limit=3)]
+    assert listed == sorted(ids, reverse=True)  # newest first, across three pages
+    assert len(list(p.list(limit=200))) == 8
+
+
+def test_errors_are_problem_errors(connect, producer, worker):
+    p = connect(producer)
+    with pytest.raises(ProblemError) as refused:
+        p.enqueue("email", priority="critical")
+    assert refused.value.status == 403 and refused.value.type.endswith("forbidden")
+    assert "critical" in refused.value.detail
+    with pytest.raises(ProblemError) as invalid:
+        p.enqueue("fax", {"a": 1})
+    assert invalid.value.status == 422
+    assert [e["field"] for e in invalid.value.errors] == ["type"]
+    job = p.enqueue("email")
+    w = connect(worker)
+    claimed = w.claim()
+    w.complete(claimed)
+    with pytest.raises(ProblemError) as again:  # a plain 409: nothing was retried
+        w.complete(claimed)
+    assert again.value.status == 409 and again.value.type.endswith("wrong-state")
+    with pytest.raises(ProblemError) as missing:
+        w.get(job["id"] + 100)
+    assert missing.value.status == 404
+    with pytest.raises(ProblemError) as bad_token:
+        connect({"Authorization": "Bearer ql_nope"}).claim()
+    assert bad_token.value.status == 401
+
+
+def test_an_answer_is_retried_and_a_lost_one_is_found_in_the_history(
+        app, connect, producer, worker, quick_retries):
+    """A complete committed but answered 503: the retry gets 409, and the history says done."""
+    inner = httpx.WSGITransport(app=app)
+    calls: list[str] = []
+    dropped: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        resp = inner.handle_request(request)
+        calls.append(f"{request.method} {request.url.path} {resp.status_code}")
+        if request.url.path.endswith(("/complete", "/fail")) and resp.status_code == 200 \
+                and not dropped:
+            dropped.append(request.url.path)
+            resp.read()  # committed, but the answer never reaches the worker
+            return httpx.Response(503, json={"type": "urn:x:unavailable", "status": 503,
+                                             "detail": "database unavailable"})
+        return resp
+
+    w = connect(worker, httpx.MockTransport(handler))
+    connect(producer).enqueue("email")
+    claimed = w.claim()
+    done = w.complete(claimed, {"ok": 1})
+    assert done["status"] == "completed" and done["result"] == {"ok": 1}
+    # claim, complete (committed, answered 503), complete again (409), the history
+    assert [c.split()[-1] for c in calls] == ["200", "200", "409", "200"]
+    assert calls[-1].startswith(f"GET /jobs/{claimed['id']}")
+
+    calls.clear()
+    dropped.clear()
+    connect(producer).enqueue("email")
+    failed = w.fail(w.claim(), "boom", retry_in=0)
+    assert failed["status"] == "pending" and failed["attempts"][-1]["outcome"] == "failed"
+    assert [c.split()[-1] for c in calls] == ["200", "200", "409", "200"] and dropped
+
+
+def test_a_409_whose_attempt_was_not_recorded_is_raised(app, connect, producer, worker, clock,
+                                                        make_key, quick_retries):
+    """The lost complete never landed; the lease ran out and someone else has the job."""
+    inner = httpx.WSGITransport(app=app)
+    dropped: list[int] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/complete") and not dropped:
+            dropped.append(1)
+            clock.advance(120)   # meanwhile the lease runs out, the job is taken back ...
+            assert other.claim() is None
+            clock.advance(10)    # ... and, after its backoff, claimed by another worker
+            assert other.claim()["attempt"] == 2
+            return httpx.Response(503, json={"type": "urn:x:unavailable", "status": 503,
+                                             "detail": "database unavailable"})
+        return inner.handle_request(request)
+
+    other = connect(make_key("mailer-2", "worker"))
+    w = connect(worker, httpx.MockTransport(handler))
+    connect(producer).enqueue("email")
+    claimed = w.claim(lease_seconds=60)
+    claimed["lease_expires_at"] = _in_seconds(5)  # the client's retry budget: real time
+    with pytest.raises(ProblemError) as info:
+        w.complete(claimed)
+    assert info.value.status == 409 and info.value.type.endswith("not-holder")
+    assert dropped == [1]
+
+
+def _in_seconds(seconds: float) -> str:
+    from datetime import datetime, timedelta, timezone
+    moment = datetime.now(timezone.utc) + timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_retries_stop_when_the_lease_would_have_run_out(connect, worker, quick_retries):
+    attempts: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        attempts.append(time.monotonic())
+        raise httpx.ConnectError("connection refused")
+
+    w = connect(worker, httpx.MockTransport(handler))
+    job = {"id": 1, "attempt": 1, "lease_expires_at": _in_seconds(0.5)}
+    began = time.monotonic()
+    with pytest.raises(Unreachable):
+        w.complete(job)
+    assert 0.4 < time.monotonic() - began < 3 and len(attempts) > 2
+    attempts.clear()
+    with pytest.raises(Unreachable):
+        w.claim()  # a claim is not repeated: a lost answer would hold a job
+    assert len(attempts) == 1
+
+
+def test_a_non_problem_error_page_is_a_problem_error(connect, worker):
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(502, html="<html><body><h1>502 Bad Gateway</h1></body></html>")
+
+    with pytest.raises(ProblemError) as info:
+        connect(worker, httpx.MockTransport(handler)).claim()
+    assert info.value.status == 502 and info.value.type == "about:blank"
+    assert "Bad Gateway" in info.value.detail
+
+
+class _Counting(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    connections = 0
+
+    def get_request(self) -> Any:
+        type(self).connections += 1
+        return super().get_request()
+
+
+class _NoJobs(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if b"slow" in body:
+            time.sleep(3)
+        self.send_response(204)
+        self.end_headers()
+
+
+def test_one_connection_is_kept_open_and_timeouts_hold():
+    server = _Counting(("127.0.0.1", 0), _NoJobs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        c = Client(f"http://127.0.0.1:{server.server_address[1]}", "ql_x",
+                   timeout=httpx.Timeout(1.0))
+        for _ in range(5):
+            assert c.claim() is None
+        assert _Counting.connections == 1
+        began = time.monotonic()
+        with pytest.raises(Unreachable):
+            c.claim(["slow"])
+        assert time.monotonic() - began < 2.5
+        c.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_unreachable_server_is_unreachable():
+    with Client(f"http://127.0.0.1:{free_port()}", "ql_x") as c, pytest.raises(Unreachable):
+        c.claim()
