@@ -374,7 +374,7 @@ def test_v08_sql_looking_input_is_data(client, producer, admin, store):
 
 # Interpolations of trusted, non-request values only: Enum members' ``.value`` (statuses
 # written as literals so SQLite can match partial indexes) and the checked PRAGMA word.
-_TRUSTED = {"synchronous", "PG_LOCK_KEY"}  # a setting checked against a list; a constant
+_TRUSTED = {"synchronous"}
 # Reviewed one by one: formats that splice only static SQL fragments chosen in the code.
 _REVIEWED = {("queue.py", "text(_SQLITE_DUE.format(typed=t))")}
 
