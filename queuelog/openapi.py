@@ -220,6 +220,8 @@ ERRORS = {
     413: "Body over MAX_CONTENT_LENGTH.",
     415: "The body is not application/json (required with HTTP Basic).",
     422: "A field fails validation; see `errors`.",
+    429: "HTTP Basic: 10 failed sign-ins within a minute for this username from this address "
+         "(or too many password checks at once); no password is checked until Retry-After.",
     503: "The database does not answer or dropped the connection (the outcome of a write may "
          "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
 }
@@ -233,7 +235,7 @@ def _problems(*codes: int) -> JSON:
                           "content": {PROBLEM: {"schema": _ref("Problem")}}}
         if code == 401:
             out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
-        if code == 503:
+        if code in (429, 503):
             out[str(code)]["headers"] = {"Retry-After": _header("Seconds.")}
     return out
 
@@ -246,6 +248,8 @@ def _body(name: str, required: bool = True) -> JSON:
 def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
         security: Any = ANY_AUTH, **extra: Any) -> JSON:
     """One operation: its success responses plus problem+json for each error code."""
+    if any("basic" in scheme for scheme in security):
+        codes = (*codes, 429)  # the sign-in throttle answers any Basic request
     return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
             "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
 

@@ -57,6 +57,10 @@ def keys(make_key: Callable[..., dict[str, str]]) -> dict[str, dict[str, str]]:
 def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend: str) -> Any:
     """The document as the app serves it, loaded in process, over a seeded database."""
     seed(store)
+    # schemathesis's ignored_auth check sends the same made-up Basic credentials again and
+    # again; after 10 the sign-in throttle (contract) answers 429, which that check does not
+    # expect. The throttle has its own tests (test_throttle.py); here it never trips.
+    app.extensions["queuelog.sign_in_throttle"] = SignInThrottle(failures=10**9)
     loaded = schemathesis.openapi.from_wsgi("/openapi.json", app, headers=keys["admin"])
     # Made-up Basic credentials each cost a deliberately slow password hash (timing
     # equalization): 0.25 s apiece, most of the run. Bad credentials are tested elsewhere.
