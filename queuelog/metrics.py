@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, multiproces
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
+from .config import ConfigError
 from .jobs import Status
 
 # Our own registry, not prometheus_client's global one: an app embedding queuelog keeps
@@ -122,6 +123,11 @@ OUTCOMES = ("completed", "failed", "lease_expired")
 
 def init_app(app: Flask) -> None:
     """Time every request, and count lease take-backs as the store reports them."""
+    folder = multiprocess_dir()
+    if folder is not None and not os.path.isdir(folder):
+        # Else the first counter fails deep in prometheus_client with a bare FileNotFoundError.
+        raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR is {folder!r}, which is not a directory; "
+                          "create it (empty) before starting gunicorn")
     # Every configured type's counters exist from the start, at 0: rate() and alerts
     # need a series before its first event.
     for job_type in app.config["JOB_TYPES"]:

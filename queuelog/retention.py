@@ -1,10 +1,11 @@
 """Automatic retention: purge old finished jobs a little at a time, piggy-backed on requests.
 
 Off by default. ``RETENTION_COMPLETED``, ``RETENTION_FAILED`` and ``RETENTION_CANCELLED`` are
-durations (``"7d"``, ``"12h"``, ``"30min"``, or seconds; ``m`` alone is refused); a finished job older than its status's duration is
-deleted with its history. At most once per ``RETENTION_INTERVAL_SECONDS`` per process, after the
-response to an enqueue, complete or fail has been sent, one batch of at most
-``RETENTION_BATCH`` jobs per status is deleted.
+durations (``"7d"``, ``"12h"``, ``"30min"``, or seconds; ``m`` alone is refused: minutes or
+months?); a finished job older than its status's duration is deleted with its history. At
+most once per ``RETENTION_INTERVAL_SECONDS`` per process, after the response to an enqueue,
+complete or fail has been sent, one batch of at most ``RETENTION_BATCH`` jobs per status is
+deleted.
 
 Why after a response rather than in a daemon thread: gunicorn forks workers (a thread
 started before the fork is gone), an idle process would keep waking to compete for

@@ -12,6 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert
 
 from helpers import SQLITE_ONLY, problem
+from queuelog import create_app
+from queuelog.config import ConfigError
 from queuelog.schema import paused_types
 from server_process import Server, make_keys, request
 
@@ -153,6 +155,13 @@ def test_openmetrics_when_the_scraper_asks_for_it(client, admin):
     assert resp.status_code == 200
     assert resp.mimetype == "application/openmetrics-text"
     assert resp.get_data(as_text=True).rstrip().endswith("# EOF")
+
+
+def test_a_missing_multiprocess_directory_is_named_at_start(tmp_path, monkeypatch):
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError, match="PROMETHEUS_MULTIPROC_DIR"):
+        create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3",
+                    "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
 
 
 def per_process(folder: pathlib.Path, name: str, **labels: str) -> list[float]:

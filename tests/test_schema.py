@@ -181,12 +181,12 @@ def _gauge_plans(store: Store) -> dict[str, str]:
 
 
 def test_metrics_gauges_each_walk_their_index(filled):
-    """Counts: the (status, type) index alone; oldest due: the claim index, in order;
+    """Counts: the (status, type) index alone; oldest due: the pending (type, run_at) index;
     expired leases: the lease index (only running jobs, by lease end)."""
     plans = _gauge_plans(filled)
     assert set(plans) == {"counts", "oldest", "expired"}
     assert_indexed(filled, plans["counts"], "ix_jobs_status_type_id")
-    assert_indexed(filled, plans["oldest"], "ix_jobs_claim")
+    assert_indexed(filled, plans["oldest"], "ix_jobs_pending_type_run")
     assert "ix_jobs_lease" in plans["expired"], plans["expired"]
     if filled.engine.dialect.name == "sqlite":  # the GROUP BY sorts the few expired rows
         assert all("USING" in line for line in plans["expired"].splitlines()

@@ -17,6 +17,7 @@ from sqlalchemy import Engine, bindparam, func, literal_column, select, text
 from ..jobs import FINISHED, Outcome, Priority, Status
 from ..schema import job_attempts, jobs, paused_types
 from .engine import Clock
+from .reads import status_is
 
 MINUTE_US = 60_000_000
 FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
@@ -67,17 +68,6 @@ def _counts_statement() -> Any:
 # In index order, so the (status, type, id) index answers alone: no rows, no sort.
 _COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
            .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))
-# Oldest due job of one type at one priority: the claim index (priority, run_at, id) is in
-# run_at order within a priority, so the walk stops at the first row of that type (a type
-# with no due jobs walks the due range of its priority). SQLite is pinned to that index
-# as the claim is (see queue.py); PostgreSQL's planner needs no help. Static text, one
-# per dialect: every value is a bound parameter.
-_OLDEST_DUE_SQLITE = text(
-    "SELECT run_at FROM jobs INDEXED BY ix_jobs_claim WHERE status = 'pending' "
-    "AND priority = :p AND type = :t AND run_at <= :now ORDER BY run_at LIMIT 1")
-_OLDEST_DUE_PG = text(
-    "SELECT run_at FROM jobs WHERE status = 'pending' "
-    "AND priority = :p AND type = :t AND run_at <= :now ORDER BY run_at LIMIT 1")
 # Expired leases: the lease index holds running jobs only, by lease end; the range below
 # ``now`` is what the next claim takes back (normally empty or tiny).
 _EXPIRED_SQLITE = text(
@@ -86,6 +76,20 @@ _EXPIRED_SQLITE = text(
 _EXPIRED_PG = text(
     "SELECT type, count(*) FROM jobs WHERE status = 'running' "
     "AND lease_expires_at < :now GROUP BY type")
+
+
+@functools.lru_cache(maxsize=8)
+def _oldest_due_statement(n_types: int) -> Any:
+    """The oldest due run_at of each type, one scalar subquery per type, in one SELECT.
+
+    Each is one seek in the (type, run_at) partial index of pending jobs: its first entry
+    of the type with run_at <= now is the answer, however long the queue.
+    """
+    return select(*[select(jobs.c.run_at)
+                    .where(status_is(Status.PENDING), jobs.c.type == bindparam(f"t{i}"),
+                           jobs.c.run_at <= bindparam("now"))
+                    .order_by(jobs.c.run_at).limit(1).scalar_subquery().label(f"t{i}")
+                    for i in range(n_types)])
 
 
 @functools.lru_cache(maxsize=1)
@@ -115,20 +119,18 @@ class Stats:
 
     def gauges(self, types: Sequence[str]) -> Gauges:
         """The /metrics gauges, from one connection; each read walks an index."""
-        sqlite = self.engine.dialect.name == "sqlite"
-        oldest_due = _OLDEST_DUE_SQLITE if sqlite else _OLDEST_DUE_PG
+        types = list(types)
         now = self.clock()
         with self.engine.connect() as conn:
             counts = [((st, t), int(n)) for st, t, n in conn.execute(_COUNTS)]
             oldest: dict[str, int] = {}
-            for job_type in types:
-                found = [conn.execute(oldest_due, {"p": int(p), "t": job_type,
-                                                   "now": now}).scalar()
-                         for p in Priority]  # one short index walk per priority
-                if any(v is not None for v in found):
-                    oldest[job_type] = int(min(v for v in found if v is not None))
+            if types:
+                row = conn.execute(_oldest_due_statement(len(types)), {
+                    "now": now, **{f"t{i}": t for i, t in enumerate(types)}}).one()
+                oldest = {t: int(v) for t, v in zip(types, row) if v is not None}
             expired = {t: int(n) for t, n in conn.execute(
-                _EXPIRED_SQLITE if sqlite else _EXPIRED_PG, {"now": now})}
+                _EXPIRED_SQLITE if self.engine.dialect.name == "sqlite" else _EXPIRED_PG,
+                {"now": now})}
             paused = set(conn.execute(select(paused_types.c.type)).scalars())
         return Gauges(now, counts, oldest, expired, paused)
 
