@@ -159,6 +159,34 @@ class Client:
             body["retry_in"] = retry_in
         return self._answer(job, "fail", body, outcome="failed")
 
+    def complete_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Complete several held jobs in one request (items: ``id``, ``attempt``, ``result``).
+
+        Each item is fenced on its own; the answer lists, in order, ``{"id", "status": 200,
+        "job_status"}`` or the item's problem (``status``, ``type``, ``detail``). Not retried.
+        """
+        return list(self._request("POST", "jobs/complete", {"jobs": list(items)})["results"])
+
+    def fail_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Fail several held attempts in one request (``id``, ``attempt``, ``error``...)."""
+        return list(self._request("POST", "jobs/fail", {"jobs": list(items)})["results"])
+
+    def outcome_of(self, job: dict[str, Any]) -> str | None:
+        """The recorded outcome of this job's attempt (``running``, ``completed``...), if known.
+
+        How a worker learns whether an answer whose reply was lost (a 503, a dropped
+        connection) was committed: a retry gets 409, and only the history can tell.
+        """
+        try:
+            return _attempt_outcome(self.get(job["id"]), job["attempt"])
+        except ClientError:
+            return None
+
+    @property
+    def closed(self) -> bool:
+        """True once ``close`` was called."""
+        return self._closed.is_set()
+
     # -- reads -------------------------------------------------------------------------------
 
     def get(self, id: int) -> dict[str, Any]:
@@ -214,10 +242,7 @@ class Client:
             current = self.get(job["id"])
         except ClientError:
             return None
-        for entry in current.get("attempts") or ():
-            if entry.get("attempt") == job["attempt"] and entry.get("outcome") == outcome:
-                return current
-        return None
+        return current if _attempt_outcome(current, job["attempt"]) == outcome else None
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
                  params: dict[str, Any] | None = None,
@@ -235,8 +260,20 @@ class Client:
         if resp.status_code == 204:
             return None
         if resp.is_success:
-            return resp.json()
+            try:
+                return resp.json()
+            except ValueError:
+                raise ClientError(f"{self.url}: the answer to {method} /{path} is not JSON; "
+                                  "is this a queuelog server?") from None
         raise _problem(resp)
+
+
+def _attempt_outcome(job: dict[str, Any], attempt: int) -> str | None:
+    """The outcome of ``attempt`` in the job's history (``attempts``), if it is there."""
+    for entry in job.get("attempts") or ():
+        if entry.get("attempt") == attempt:
+            return entry.get("outcome")  # type: ignore[no-any-return]
+    return None
 
 
 def _problem(resp: httpx.Response) -> ProblemError:

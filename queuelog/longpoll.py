@@ -133,9 +133,16 @@ class LongPolls:
                 return
             self._watcher_pid = os.getpid()  # threads do not survive a fork: one per process
             worker = _gunicorn_worker()
-            if worker is not None:
-                threading.Thread(target=self._watch, args=(worker,), daemon=True,
-                                 name="queuelog-longpoll-shutdown").start()
+            if worker is None:
+                return
+            threading.Thread(target=self._watch, args=(worker,), daemon=True,
+                             name="queuelog-longpoll-shutdown").start()
+            threads = getattr(getattr(worker, "cfg", None), "threads", None)
+            if isinstance(threads, int) and threads <= self.slots:
+                current_app.logger.warning(
+                    "gunicorn runs %d thread(s) per worker and LONG_POLL_SLOTS is %d: waiting "
+                    "claims can hold every thread; run gunicorn with -k gthread --threads "
+                    "above LONG_POLL_SLOTS", threads, self.slots)
 
     def _watch(self, worker: Any) -> None:
         while getattr(worker, "alive", False):

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from .api.admin import MAX_BULK_IDS, RETRY_STATUSES
 from .api.producer import MAX_DELAY_SECONDS
 from .api.worker import MAX_LEASE, MAX_WAIT
 from .jobs import Outcome, Priority, Status
+from .store.audit import ACTIONS
 from .validation import MAX_JOB_ID
 
 MAX_ATTEMPT = 2**31 - 1
@@ -152,6 +154,46 @@ def _schemas(job_types: list[str]) -> JSON:
             "retry_in": _nullable(_num(0, 86_400)), "worker_id": ignored,
         }, ("attempt",)),
         "Empty": _obj({}),
+        **_operating_schemas(job_types),
+    }
+
+
+def _operating_schemas(job_types: list[str]) -> JSON:
+    """Job types, bulk repair and the audit log: answers and request bodies."""
+    type_enum = {"type": "string", "enum": job_types}
+    count = _int(0)
+
+    def bulk(filters: JSON) -> JSON:
+        # ids or filter: exactly one (neither is an empty object, both is refused).
+        return _obj({"ids": {"type": "array", "items": _int(1, MAX_JOB_ID), "minItems": 1,
+                             "maxItems": MAX_BULK_IDS},
+                     "filter": _obj({name: _nullable(schema) for name, schema in filters.items()},
+                                    description="Every field optional; null means any.")},
+                    minProperties=1, **{"not": {"required": ["ids", "filter"]}})
+    return {
+        "Count": _obj({"count": count}, ("count",)),
+        "BulkRetry": bulk({"status": {"type": "string", "enum": list(RETRY_STATUSES)},
+                           "type": type_enum, "priority": {"type": "string",
+                                                           "enum": PRIORITIES}}),
+        "BulkCancel": bulk({"type": type_enum,
+                            "priority": {"type": "string", "enum": PRIORITIES}}),
+        "JobType": _obj({
+            "name": {"type": "string"}, "paused": {"type": "boolean"},
+            "counts": _obj({st.value: count for st in Status},
+                           tuple(st.value for st in Status)),
+            "count_cap": _int(1), "oldest_pending_seconds": {"type": "number", "minimum": 0},
+            "completed_last_hour": count, "failed_last_hour": count,
+        }, ("name", "paused", "counts", "count_cap", "oldest_pending_seconds",
+            "completed_last_hour", "failed_last_hour")),
+        "JobTypeList": _obj({"types": {"type": "array", "items": _ref("JobType")}}, ("types",)),
+        "AuditEvent": _obj({
+            "id": _int(1), "at": _ts(), "actor": {"type": "string"},
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "target": {"type": ["string", "null"]}, "detail": {"type": "object"},
+        }, ("id", "at", "actor", "action", "target", "detail")),
+        "AuditPage": _obj({"events": {"type": "array", "items": _ref("AuditEvent")},
+                           "next_cursor": {"type": ["string", "null"]}},
+                          ("events", "next_cursor")),
     }
 
 
@@ -178,6 +220,8 @@ ERRORS = {
     413: "Body over MAX_CONTENT_LENGTH.",
     415: "The body is not application/json (required with HTTP Basic).",
     422: "A field fails validation; see `errors`.",
+    429: "HTTP Basic: 10 failed sign-ins within a minute for this username from this address "
+         "(or too many password checks at once); no password is checked until Retry-After.",
     503: "The database does not answer or dropped the connection (the outcome of a write may "
          "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
 }
@@ -191,7 +235,7 @@ def _problems(*codes: int) -> JSON:
                           "content": {PROBLEM: {"schema": _ref("Problem")}}}
         if code == 401:
             out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
-        if code == 503:
+        if code in (429, 503):
             out[str(code)]["headers"] = {"Retry-After": _header("Seconds.")}
     return out
 
@@ -204,6 +248,8 @@ def _body(name: str, required: bool = True) -> JSON:
 def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
         security: Any = ANY_AUTH, **extra: Any) -> JSON:
     """One operation: its success responses plus problem+json for each error code."""
+    if any("basic" in scheme for scheme in security):
+        codes = (*codes, 429)  # the sign-in throttle answers any Basic request
     return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
             "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
 
@@ -285,12 +331,54 @@ def _paths() -> JSON:
                                    None, security=ANY_AUTH),
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
+        **_operating_paths(),
         "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
                                 {"200": _json(_ref("Health"), "Healthy.")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
                                 401, 403)},
         "/openapi.json": {"get": _op("openapi", "This document", "any authenticated caller", {
             "200": _json({"type": "object"}, "The OpenAPI 3.1 document.")}, 401)},
+    }
+
+
+def _operating_paths() -> JSON:
+    """Job types and pausing, bulk repair, the audit log."""
+    type_param = {"name": "type", "in": "path", "required": True, "description":
+                  "A configured job type (else 404).",
+                  "schema": {"type": "string", "minLength": 1, "maxLength": 100,
+                             "pattern": "^[^/\\u0000]+$"}}
+    the_type = {"200": _json(_ref("JobType"), "The type, as GET /types shows it.")}
+    count = {"200": _json(_ref("Count"), "How many jobs changed.")}
+
+    def query(name: str, schema: JSON) -> JSON:
+        return {"name": name, "in": "query", "schema": schema}
+
+    def pause(op_id: str, summary: str) -> JSON:
+        return {"post": _op(op_id, summary, "admin", the_type, *WRITE, 404, 422,
+                            parameters=[type_param], requestBody=_body("Empty", False))}
+    return {
+        "/jobs/retry": {"post": _op(
+            "bulkRetry", "Retry every failed or cancelled job named or matched", "admin",
+            count, *WRITE, 422, requestBody=_body("BulkRetry"))},
+        "/jobs/cancel": {"post": _op(
+            "bulkCancel", "Cancel every pending job named or matched",
+            "producer (its own jobs), admin", count, *WRITE, 422,
+            requestBody=_body("BulkCancel"))},
+        "/types": {"get": _op("listTypes", "Every configured job type", "viewer, admin, metrics",
+                              {"200": _json(_ref("JobTypeList"), "One entry per type.")},
+                              401, 403)},
+        "/types/{type}/pause": pause("pauseType", "Pause a job type: no claim returns it"),
+        "/types/{type}/resume": pause("resumeType", "Resume a paused job type"),
+        "/audit": {"get": _op("listAudit", "Audit events, newest first", "admin",
+                              {"200": _json(_ref("AuditPage"), "One page.")}, 401, 403, 422,
+                              parameters=[
+                                  query("action", {"type": "string", "enum": list(ACTIONS)}),
+                                  query("actor", {"type": "string", "minLength": 1,
+                                                  "maxLength": 100,
+                                                  "pattern": "^[^\\u0000]*$"}),
+                                  query("limit", _int(1, 200) | {"default": 50}),
+                                  query("cursor", {"type": "string",
+                                                   "pattern": _cursor_pattern()})])},
     }
 
 

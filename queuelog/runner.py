@@ -11,21 +11,18 @@ import signal
 import sys
 import threading
 import time
-from datetime import datetime
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
-from .client import Client, ClientError, ProblemError, Unreachable, backoff
-from .jobprocess import ERROR_BYTES, JobProcess, describe_exit, parse_result
+from .answers import Answers
+from .client import Client, ProblemError, Unreachable, backoff
+from .jobrun import JobRun
 
 POLL_WAIT = 30            # seconds a claim long-polls (the server's maximum)
 CLAIM_BACKOFF_CAP = 15.0  # seconds between claims while the server is down, at most
 HARD_STOP_SECONDS = 5.0   # after a second signal: time left to report the killed jobs
+CLAIM_GATHER_SECONDS = 0.01  # how long a claim waits for more running jobs to end
 # Never passed to the command: the runner's own credentials.
 SECRET_ENV = ("QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE")
-
-
-class Fatal(Exception):
-    """The server refused the runner's key (401, 403): retrying cannot help."""
 
 
 class Runner:
@@ -40,7 +37,8 @@ class Runner:
         self._log_to = log or sys.stderr
         self._log_lock = threading.Lock()
         self._state = threading.Condition()
-        self._active = 0
+        self._active = 0    # commands running: the slots taken
+        self._jobs = 0      # job threads alive: running, or answering after their command
         self._stop = threading.Event()       # SIGTERM/SIGINT: no new claims
         self._hard = threading.Event()       # second signal or a refused key: kill now
         self._grace_end = float("inf")
@@ -48,6 +46,7 @@ class Runner:
         self._fatal: str | None = None
         self._batch_claims = concurrency > 1
         self._env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        self.answers = Answers(client)
 
     # -- the main thread -----------------------------------------------------------------------
 
@@ -61,7 +60,7 @@ class Runner:
         with self._state:
             # Once stopped and idle, an open long poll is abandoned rather than waited for
             # (up to 30 s): an idle worker stops at once.
-            while self._active or not (self._stop.is_set() or not poller.is_alive()):
+            while self._jobs or not (self._stop.is_set() or not poller.is_alive()):
                 if self._hard.is_set() and time.monotonic() >= self._hard_end:
                     break  # answers that cannot land now are given up
                 # Short waits: signal handlers run in this thread between them.
@@ -91,24 +90,37 @@ class Runner:
         with self._log_lock:
             print(f"queuelog work: {line}", file=self._log_to, flush=True)
 
-    def _refused(self, exc: ProblemError) -> None:
+    def give_up(self, reason: str, *, kill: bool) -> None:
+        """Stop for good, exit status 1, with one line; ``kill``: the running commands too."""
         if self._fatal is None:
-            self._fatal = f"the server refused this key ({exc.status}): {exc.detail}"
-            self.log(self._fatal)
+            self._fatal = reason
+            self.log(reason)
         self._stop.set()
-        self._hard_end = time.monotonic() + HARD_STOP_SECONDS
-        self._hard.set()
+        if kill:
+            self._hard_end = time.monotonic() + HARD_STOP_SECONDS
+            self._hard.set()
         with self._state:
             self._state.notify_all()
+
+    def refused(self, exc: ProblemError) -> None:
+        """The server refused the key (401, 403): nothing this runner sends can land."""
+        self.give_up(f"the server refused this key ({exc.status}): {exc.detail}", kill=True)
 
     # -- the poller ----------------------------------------------------------------------------
 
     def _poll(self) -> None:
+        try:
+            self._poll_loop()
+        except Exception as exc:  # a bug, or a URL that is not a queuelog server's
+            self.give_up(f"stopped claiming: {type(exc).__name__}: {exc}", kill=False)
+
+    def _poll_loop(self) -> None:
         tries = 0
         while not self._stop.is_set():
             with self._state:
                 while self._active >= self.concurrency and not self._stop.is_set():
                     self._state.wait()
+                self._gather()
                 free = self.concurrency - self._active
             if self._stop.is_set():
                 return
@@ -116,8 +128,12 @@ class Runner:
             try:
                 jobs = self._claim(free)
             except ProblemError as exc:
-                if not exc.transient:
-                    self._refused(exc) if exc.status in (401, 403) else self._bad_request(exc)
+                if exc.status in (401, 403):
+                    self.refused(exc)
+                    return
+                if not exc.transient:  # a 4xx to a claim (an unknown type) repeats forever
+                    self.give_up(f"the server refused the claim ({exc.status}): {exc.detail}",
+                                 kill=False)
                     return
                 tries = self._pause(tries, f"{exc.status} {exc.detail}", exc.retry_after)
                 continue
@@ -133,6 +149,19 @@ class Runner:
                 # Answered early with nothing (the server's long-poll slots were full, or it
                 # is shutting down): do not hammer it.
                 self._stop.wait(backoff(2, cap=1.0))
+
+    def _gather(self) -> None:
+        # Called holding _state with a slot free. While other jobs still run, give them a
+        # moment to finish too, so that one claim (max_jobs) fills several slots: short jobs
+        # otherwise free their slots one by one, and every claim would be for one job.
+        if not self._batch_claims:
+            return
+        until = time.monotonic() + CLAIM_GATHER_SECONDS
+        while self._active and self.concurrency - self._active < (self.concurrency + 1) // 2:
+            left = until - time.monotonic()
+            if left <= 0 or self._stop.is_set():
+                return
+            self._state.wait(left)
 
     def _claim(self, free: int) -> list[dict[str, Any]]:
         if self._batch_claims and free > 1:
@@ -155,31 +184,32 @@ class Runner:
         self._stop.wait(delay)
         return tries + 1
 
-    def _bad_request(self, exc: ProblemError) -> None:
-        # A 4xx to a claim (an unknown type, say) repeats forever: stop with the reason.
-        self._fatal = f"the server refused the claim ({exc.status}): {exc.detail}"
-        self.log(self._fatal)
-        self._stop.set()
-        with self._state:
-            self._state.notify_all()
-
     def _start(self, job: dict[str, Any]) -> None:
         with self._state:
             self._active += 1
+            self._jobs += 1
         threading.Thread(target=self._job_thread, args=(job,), daemon=True,
                          name=f"queuelog-job-{job['id']}").start()
 
     # -- one job -------------------------------------------------------------------------------
 
     def _job_thread(self, job: dict[str, Any]) -> None:
+        run = JobRun(self, job)
         try:
-            JobRun(self, job).run()
+            run.run()
         except Exception as exc:  # a bug here must not stop the other jobs or hang the exit
             self.log(f"job={job.get('id')} internal error: {type(exc).__name__}: {exc}")
         finally:
+            run.release()
             with self._state:
-                self._active -= 1
+                self._jobs -= 1
                 self._state.notify_all()
+
+    def release(self) -> None:
+        """A job's command has ended: its slot is free while its answer is on the way."""
+        with self._state:
+            self._active -= 1
+            self._state.notify_all()
 
     def child_env(self, job: dict[str, Any]) -> dict[str, str]:
         """The command's environment: the runner's, less its token, plus the job's fields."""
@@ -191,129 +221,6 @@ class Runner:
     def must_stop(self) -> bool:
         """True when running commands must be killed now (second signal, grace over)."""
         return self._hard.is_set() or time.monotonic() >= self._grace_end
-
-
-class JobRun:
-    """Run one claimed job's command, heartbeat meanwhile, and report how it ended."""
-
-    def __init__(self, runner: Runner, job: dict[str, Any]) -> None:
-        self.runner, self.job = runner, job
-        self.client = runner.client
-        self.lease = runner.lease or lease_of(job)
-        self.lost = threading.Event()
-        self.done = threading.Event()
-        self.started = time.monotonic()
-
-    def run(self) -> None:
-        """The whole life of the job in this runner."""
-        try:
-            proc = JobProcess(self.runner.command, self.job.get("payload"),
-                              self.runner.child_env(self.job))
-        except OSError as exc:  # deleted or made unexecutable since the runner started
-            error = f"cannot run {self.runner.command[0]}: {exc}"
-            self._answer("failed", lambda: self.client.fail(self.job, error))
-            return
-        beat = threading.Thread(target=self._heartbeats, args=(proc,), daemon=True)
-        beat.start()
-        ended = self._watch(proc)
-        self.done.set()
-        code = proc.finish()
-        if self.lost.is_set():
-            self._log("lost")  # the lease went to someone else: the answer is theirs now
-            return
-        if ended == "timeout":
-            error = f"timed out after {self.runner.timeout:g} s"
-            self._answer("timed-out", lambda: self.client.fail(self.job, error))
-        elif ended == "stopped":
-            error = _with_stderr("stopped: the worker shut down and the grace period ended",
-                                 proc)
-            self._answer("stopped", lambda: self.client.fail(self.job, error, retry_in=0))
-        elif code == 0:
-            self._complete(parse_result(proc.stdout))
-        else:
-            error = _with_stderr(describe_exit(code), proc)
-            self._answer("failed", lambda: self.client.fail(self.job, error))
-
-    def _watch(self, proc: JobProcess) -> str:
-        """Wait for the command to exit, or kill it; returns why it ended."""
-        deadline = self.started + self.runner.timeout if self.runner.timeout else float("inf")
-        while not proc.wait(min(0.1, deadline - time.monotonic())):
-            if self.lost.is_set():
-                proc.kill()
-                return "lost"
-            if time.monotonic() >= deadline:
-                proc.kill()
-                return "timeout"
-            if self.runner.must_stop():
-                proc.kill()
-                return "stopped"
-        return "exited"
-
-    def _heartbeats(self, proc: JobProcess) -> None:
-        """Heartbeat every third of the lease; a 409 means the lease is gone: kill, say nothing."""
-        interval = max(self.lease / 3, 0.2)
-        while not self.done.wait(interval):
-            try:
-                self.job = self.client.heartbeat(self.job, lease_seconds=self.runner.lease)
-            except ProblemError as exc:
-                if self.done.is_set():
-                    return
-                if exc.status in (401, 403):
-                    self.runner._refused(exc)
-                    return
-                if exc.status in (404, 409):
-                    self.lost.set()
-                    proc.kill()
-                    return
-            except Unreachable:
-                pass  # retried until the lease would have run out; keep trying on schedule
-
-    def _complete(self, result: dict[str, Any] | None) -> None:
-        try:
-            self._answer("completed", lambda: self.client.complete(self.job, result),
-                         quiet_422=True)
-        except ProblemError as exc:  # 422: a result over the server's size limit
-            error = f"the server refused the result ({exc.status}): {exc.detail}"
-            self._answer("failed", lambda: self.client.fail(self.job, error, retry=False))
-
-    def _answer(self, outcome: str, send: Callable[[], Any], quiet_422: bool = False) -> None:
-        """Send the answer (the client retries it until it lands or the lease runs out)."""
-        try:
-            send()
-        except ProblemError as exc:
-            if exc.status == 422 and quiet_422:
-                raise
-            if exc.status in (401, 403):
-                self.runner._refused(exc)
-            # 409: the lease ran out and the job went back (or to someone else) meanwhile.
-            self._log("lost" if exc.status in (404, 409) else f"unreported ({exc.status})")
-            return
-        except ClientError as exc:
-            self._log(f"unreported ({type(exc).__name__})")
-            return
-        self._log(outcome)
-
-    def _log(self, outcome: str) -> None:
-        j = self.job
-        self.runner.log(f"job={j['id']} type={j['type']} attempt={j['attempt']} "
-                        f"outcome={outcome} seconds={time.monotonic() - self.started:.3f}")
-
-
-def _with_stderr(head: str, proc: JobProcess) -> str:
-    """The error text: what happened, then as much of the end of stderr as fits."""
-    room = ERROR_BYTES - len(head.encode("utf-8")) - 1
-    tail = proc.stderr.last(room)
-    return f"{head}\n{tail}" if tail else head
-
-
-def lease_of(job: dict[str, Any]) -> float:
-    """The job's lease in seconds, from its claim's ``claimed_at`` and ``lease_expires_at``."""
-    try:
-        start = datetime.fromisoformat(job["claimed_at"].replace("Z", "+00:00"))
-        end = datetime.fromisoformat(job["lease_expires_at"].replace("Z", "+00:00"))
-        return max((end - start).total_seconds(), 1.0)
-    except (KeyError, AttributeError, ValueError):
-        return 300.0  # LEASE_SECONDS' default
 
 
 def read_token(token_file: str | None, token: str | None) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from helpers import add_user
@@ -55,20 +56,46 @@ class FakeClock:
         self.now += int(seconds * 1_000_000)
 
 
+def worker_database(url: str) -> str:
+    """The database this test process uses: under pytest-xdist, one per worker.
+
+    Every test empties the tables it uses, so two processes sharing one database would
+    empty each other's; worker ``gw1`` gets ``<name>_gw1``, created on first use.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if not worker:
+        return url
+    base = make_url(url)
+    name = f"{base.database}_{worker}"
+    engine = create_engine(base, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"),
+                                  {"n": name}).first()
+            if exists is None:
+                # A database name cannot be a bound parameter; this one is ours: the
+                # configured name plus xdist's worker id (gw0, gw1, ...).
+                conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    finally:
+        engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
 @pytest.fixture(scope="session")
 def pg_ready() -> str:
     """The PostgreSQL URL, its schema rebuilt through the migrations once per session."""
     if not PG_URL:
         pytest.skip(PG_SKIP)
-    engine = create_engine(PG_URL)
+    url = worker_database(PG_URL)
+    engine = create_engine(url)
     with engine.begin() as conn:
         metadata.drop_all(conn)
         conn.exec_driver_sql("DROP TABLE IF EXISTS alembic_version")
     engine.dispose()
-    store = Store(PG_URL)
+    store = Store(url)
     store.create_schema()
     store.close()
-    return PG_URL
+    return url
 
 
 # Every table the migrations made, emptied before each test (a TRUNCATE takes

@@ -153,7 +153,8 @@ def test_get_audit_pages_newest_first_with_filters(client: Any, store: Store,
 
 @pytest.mark.parametrize("query, field", [
     ("limit=0", "limit"), ("limit=201", "limit"), ("limit=x", "limit"),
-    ("cursor=nope", "cursor"), ("action=job.explode", "action"), ("actor=%00", "actor")])
+    ("cursor=nope", "cursor"), ("action=job.explode", "action"), ("actor=%00", "actor"),
+    ("actor=", "actor")])
 def test_get_audit_rejects_bad_queries(client: Any, admin: dict[str, str], query: str,
                                        field: str) -> None:
     body = problem(client.get(f"/audit?{query}", headers=admin), 422)

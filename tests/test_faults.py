@@ -278,6 +278,7 @@ class _Load:
         self.acked: dict[str, int] = {}          # idempotency key -> job id
         self.completed: list[int] = []
         self.checked_409: list[tuple[int, str]] = []   # (job id, outcome in attempts)
+        self.crashed: list[str] = []
         self.stop = threading.Event()
         self.deadline = time.monotonic() + 60
 
@@ -296,6 +297,25 @@ class _Load:
                 self.statuses[(what, status)] += 1
             return status, data
         raise AssertionError(f"{what}: no answer before the deadline")
+
+    def read(self, conn: list[Any], job_id: int, headers: dict[str, str]) -> dict[str, Any]:
+        """GET /jobs/{id}, retried through 503s."""
+        while True:
+            status, seen = self.call(conn, "read", "GET", f"/jobs/{job_id}", None, headers)
+            if status == 200:
+                return seen  # type: ignore[no-any-return]
+            assert status == 503, (status, seen)
+            time.sleep(0.05)
+
+    def run(self, target: Any, *args: Any) -> threading.Thread:
+        """A client thread whose exception fails the test instead of vanishing."""
+        def guarded() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                with self.lock:
+                    self.crashed.append(repr(exc))
+        return threading.Thread(target=guarded)
 
     def produce(self, c: int, headers: dict[str, str]) -> None:
         """Enqueue with a fresh key each time; retry each key until it is acknowledged."""
@@ -335,8 +355,7 @@ class _Load:
                 if status == 409:
                     # An earlier try landed without its answer: the history says so.
                     assert done["type"].endswith("wrong-state"), done
-                    _, seen = self.call(conn, "read", "GET", f"/jobs/{job['id']}", None,
-                                        headers)
+                    seen = self.read(conn, job["id"], headers)
                     outcome = [a["outcome"] for a in seen["attempts"]
                                if a["attempt"] == job["attempt"]]
                     with self.lock:
@@ -355,10 +374,8 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
     server = Server(_through(db_url, proxy), str(tmp_path / "server.log"), workers=2,
                     threads=8).start()
     load = _Load(server.port)
-    threads = [threading.Thread(target=load.produce, args=(c, keys["producer"]))
-               for c in range(PRODUCERS)]
-    threads += [threading.Thread(target=load.work, args=(keys[f"w{w + 1}"],))
-                for w in range(WORKERS)]
+    threads = [load.run(load.produce, c, keys["producer"]) for c in range(PRODUCERS)]
+    threads += [load.run(load.work, keys[f"w{w + 1}"]) for w in range(WORKERS)]
     try:
         for thread in threads:
             thread.start()
@@ -389,6 +406,7 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
           f"acknowledged {len(load.acked)}, jobs {len(rows)}, completed {len(load.completed)}, "
           f"complete retried into 409 {len(load.checked_409)}, "
           f"log lines 'unavailable' {log.count('database unavailable')}")
+    assert not load.crashed, load.crashed
     assert not any(status >= 500 and status != 503 for _, status in load.statuses), load.statuses
     assert sum(n for (_, status), n in load.statuses.items() if status == 503) > 0
     assert all(per_key[key] == 1 for key in load.acked)  # every acknowledged job, once

@@ -56,7 +56,7 @@ def test_a_claim_beyond_the_slots_answers_at_once_with_retry_after(app, client, 
         _until(lambda: polls.waiting == SLOTS)
         began = time.monotonic()
         extra = client.post("/jobs/claim", json={"wait": 20}, headers=worker)
-        assert time.monotonic() - began < 2  # not held for its 20 s
+        assert time.monotonic() - began < 5  # not held for its 20 s (slack for a busy box)
         assert extra.status_code == 204 and extra.headers["Retry-After"] == "1"
         # Turned away from waiting, not from claiming: a due job is still handed out at once.
         job = enqueue(client, producer)
@@ -93,7 +93,7 @@ def test_zero_slots_means_no_claim_waits(client, worker):
     began = time.monotonic()
     resp = client.post("/jobs/claim", json={"wait": 20}, headers=worker)
     assert resp.status_code == 204 and resp.headers["Retry-After"] == "1"
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # not its 20 s
 
 
 def test_a_key_revoked_while_its_claim_waits_never_gets_a_job(app, client, store, producer,
@@ -140,11 +140,11 @@ def test_stop_answers_open_polls_at_once_and_later_ones_do_not_wait(app, client,
     polls.stop()
     for thread in threads:
         thread.join(timeout=10)
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # not its 20 s
     assert [a.status_code for a in answers] == [204, 204]
     began = time.monotonic()
     assert client.post("/jobs/claim", json={"wait": 20}, headers=worker).status_code == 204
-    assert time.monotonic() - began < 2
+    assert time.monotonic() - began < 5  # not its 20 s
 
 
 # -- a live gunicorn stopping with open long polls ---------------------------------------
@@ -186,7 +186,7 @@ def test_gunicorn_stop_answers_open_long_polls_within_a_second(db_url, tmp_path,
     print(f"\ngunicorn ({'--preload' if preload else 'plain'}) stopped in {took:.2f} s "
           "with 3 open long polls")
     assert sorted(answers) == [204, 204, 204]
-    assert took < 5, took  # gunicorn's grace is 30 s and the polls' wait 30 s
+    assert took < 8, took  # about a second; gunicorn's grace and the polls' wait are 30 s
 
 
 def _healthy(port: int) -> bool:
@@ -224,3 +224,31 @@ def _poll_over_http(port: int, headers: dict[str, str], answers: list[Any]) -> N
         finally:
             conn.close()
         time.sleep(0.05)
+
+
+class _FakeWorker:
+    """What the watcher reads of a gunicorn worker: ``alive`` and ``cfg.threads``."""
+
+    def __init__(self, threads: int) -> None:
+        self.alive = True
+        self.cfg = type("Cfg", (), {"threads": threads})()
+
+
+def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker, monkeypatch,
+                                                           caplog):
+    fake = _FakeWorker(threads=SLOTS)  # no more threads than slots: worth a warning
+    monkeypatch.setattr(longpoll, "_gunicorn_worker", lambda: fake)
+    polls: LongPolls = app.extensions["queuelog.longpoll"]
+    answers: list[Any] = []
+    thread = _polling(app, worker, 20, answers)
+    _until(lambda: polls.waiting == 1)
+    began = time.monotonic()
+    fake.alive = False  # what gunicorn's SIGTERM handler does
+    thread.join(timeout=10)
+    assert answers[0].status_code == 204 and time.monotonic() - began < 5
+    assert [r.getMessage() for r in caplog.records if "LONG_POLL_SLOTS is 2" in r.getMessage()]
+
+
+def test_outside_gunicorn_no_watcher_is_started():
+    # The test process's SIGTERM handler is not a gunicorn worker's: nothing to watch.
+    assert longpoll._gunicorn_worker() is None

@@ -22,6 +22,7 @@ from schemathesis.checks import positive_data_acceptance
 from queuelog.jobs import Status
 from queuelog.openapi import document
 from queuelog.store import NewJob, Store
+from queuelog.throttle import SignInThrottle
 
 WORKER_OPS = {"/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete", "/jobs/{id}/fail"}
 
@@ -56,6 +57,10 @@ def keys(make_key: Callable[..., dict[str, str]]) -> dict[str, dict[str, str]]:
 def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend: str) -> Any:
     """The document as the app serves it, loaded in process, over a seeded database."""
     seed(store)
+    # schemathesis's ignored_auth check sends the same made-up Basic credentials again and
+    # again; after 10 the sign-in throttle (contract) answers 429, which that check does not
+    # expect. The throttle has its own tests (test_throttle.py); here it never trips.
+    app.extensions["queuelog.sign_in_throttle"] = SignInThrottle(failures=10**9)
     loaded = schemathesis.openapi.from_wsgi("/openapi.json", app, headers=keys["admin"])
     # Made-up Basic credentials each cost a deliberately slow password hash (timing
     # equalization): 0.25 s apiece, most of the run. Bad credentials are tested elsewhere.
@@ -96,8 +101,13 @@ def _stateful_key(case: Any) -> bool:
 @settings(max_examples=25, derandomize=True, deadline=None,
           suppress_health_check=list(HealthCheck))
 @schema.parametrize()
-def test_api_conforms_to_its_document(case: Any, keys: dict[str, dict[str, str]]) -> None:
+def test_api_conforms_to_its_document(case: Any, keys: dict[str, dict[str, str]],
+                                      app: Any) -> None:
     """No 5xx, and every answer as documented, for valid and invalid requests alike."""
+    # Schemathesis signs in with the same made-up user for every case, and the fake clock
+    # stands still, so the sign-in throttle would answer 429 from the eleventh case on
+    # (its own tests are in test_throttle.py): each case starts with a fresh one.
+    app.extensions["queuelog.sign_in_throttle"] = SignInThrottle()
     if case.operation.path == "/jobs/claim":
         _short_wait(case)
     role = "worker" if case.operation.path in WORKER_OPS else "admin"
@@ -112,7 +122,8 @@ def test_document_is_served_and_lists_every_route(client: Any, keys: Any, app: A
     assert set(got.json["paths"]) == {
         "/jobs", "/jobs/{id}", "/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete",
         "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/healthz", "/metrics",
-        "/openapi.json"}
+        "/openapi.json", "/jobs/retry", "/jobs/cancel", "/types", "/types/{type}/pause",
+        "/types/{type}/resume", "/audit"}
     new_job = got.json["components"]["schemas"]["NewJob"]
     assert new_job["properties"]["type"]["enum"] == ["email", "pdf", "sync", "report"]
     assert client.get("/openapi.json").status_code == 401

@@ -586,3 +586,22 @@ def test_work_refuses_missing_settings_in_one_line(tmp_path):
                      QUEUELOG_TOKEN="ql_x")
     assert no_command.returncode == 2 and "no-such-command-here" in no_command.stderr
     assert os.listdir(tmp_path) == ["nope"] or os.listdir(tmp_path) == []
+
+
+def test_a_wrong_url_exits_1_with_one_line(live, work, jtype):
+    w = work("--types", jtype, "--", "true", env={"QUEUELOG_URL": f"{live.url}/not-queuelog"})
+    assert w.wait(timeout=20) == 1
+    lines = w.log().strip().splitlines()
+    assert len(lines) == 1 and "404" in lines[0]
+
+
+def test_a_result_the_server_refuses_fails_the_job_without_retry(live, work, jtype, tmp_path):
+    handler = script(tmp_path, "big.sh", """printf '{"blob": "'
+head -c 70000 /dev/zero | tr '\\0' a
+printf '"}\\n'
+""")
+    job = live.producer.enqueue(jtype, {}, max_retries=3)
+    work("--types", jtype, "--", handler)
+    done = wait_for(lambda: finished(live, job["id"]), what="the refusal")
+    assert done["status"] == "failed" and done["attempt"] == 1  # no retry: it would repeat
+    assert done["error"].startswith("the server refused the result (422)")

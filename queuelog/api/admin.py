@@ -55,6 +55,9 @@ def parse_bulk(body: dict[str, Any], filters: tuple[str, ...]) -> tuple[list[int
     match: dict[str, Any] = {}
     if "ids" in body:
         raw = body["ids"]
+        # JSON has one number type: 7.0 is the id 7, as everywhere in the API.
+        if isinstance(raw, list):
+            raw = [int(i) if isinstance(i, float) and i.is_integer() else i for i in raw]
         if (not isinstance(raw, list) or not 1 <= len(raw) <= MAX_BULK_IDS or not all(
                 isinstance(i, int) and not isinstance(i, bool) and 1 <= i <= MAX_JOB_ID
                 for i in raw)):
@@ -83,7 +86,7 @@ def _parse_filter(f: Fields, given: dict[str, Any], filters: tuple[str, ...]) ->
             else:
                 out[name] = value
         elif name == "type":
-            if value not in current_app.config["JOB_TYPES"]:
+            if not isinstance(value, str) or value not in current_app.config["JOB_TYPES"]:
                 f.error(field, "Unknown job type; allowed: "
                         f"{', '.join(sorted(current_app.config['JOB_TYPES']))}.")
             else:

@@ -176,13 +176,14 @@ class Admin:
         postgres = self.engine.dialect.name == "postgresql"
         total = 0
         if ids is not None:
-            wanted = sorted(set(ids))
+            wanted, started = sorted(set(ids)), 0.0
             for start in range(0, len(wanted), batch):
+                if start:
+                    self._yield_lock(started, postgres)
                 chunk = wanted[start:start + batch]
                 started = time.perf_counter()
                 total += self._bulk_batch(tally, jobs.c.id.in_(chunk), statuses, cond, values,
                                           batch, postgres)[0]
-                self._yield_lock(started, postgres)
             return total
         # One status at a time, so each batch is a walk of (status, ...) indexes by id.
         for status in statuses:
