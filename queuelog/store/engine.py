@@ -1,8 +1,10 @@
 """Engine set-up: the one place that knows SQLite from PostgreSQL at connect time."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -72,6 +74,27 @@ def writer(engine: Engine) -> Engine:
     if engine.dialect.name == "sqlite":
         return engine.execution_options(sqlite_immediate=True)
     return engine
+
+
+# ``queuelog db current`` must show the revision as it is, so the ``db`` commands load the
+# app without the upgrade every start does (``db upgrade`` then runs it and reports it).
+_START_UPGRADE_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "queuelog_start_upgrade_deferred", default=False)
+
+
+@contextlib.contextmanager
+def start_upgrade_deferred() -> Iterator[None]:
+    """Within this block, an app being created does not upgrade the schema."""
+    token = _START_UPGRADE_DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _START_UPGRADE_DEFERRED.reset(token)
+
+
+def upgrade_on_start() -> bool:
+    """Whether creating an app now upgrades the schema (always, but in ``queuelog db``)."""
+    return not _START_UPGRADE_DEFERRED.get()
 
 
 def create_schema(engine: Engine) -> None:
