@@ -29,6 +29,7 @@ DEFAULTS: dict[str, Any] = {
     "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
     "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
     "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
+    "MAX_BATCH": 500,            # items in one batch request
 }
 
 
@@ -53,6 +54,7 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "PASSWORD_HASH_SLOTS": (1, 1024),
     "PROXY_COUNT": (0, 10),
     "LONG_POLL_SLOTS": (0, 10_000),         # 0: no claim waits (each answers at once)
+    "MAX_BATCH": (1, 100_000),
 }
 
 

@@ -28,6 +28,11 @@ class QueuelogError(Exception):
         self.errors = errors
         self.headers = headers or {}
 
+    @property
+    def type_uri(self) -> str:
+        """The problem ``type`` this error is answered with."""
+        return PROBLEM_TYPE + self.slug
+
 
 class MalformedRequest(QueuelogError):
     """The body is not strict JSON, or not an object."""

@@ -1,4 +1,5 @@
-"""The OpenAPI 3.1 document of the JSON API, built from the same limits the views enforce.
+"""The OpenAPI 3.1 document of the JSON API. Request bodies are the declarations the views
+check (``schemas.bodies``), published as they are; responses are described here.
 
 It is exact in both directions on purpose: the schemathesis test sends data the document
 calls valid and expects it accepted, and data it calls invalid and expects a 4xx.
@@ -8,19 +9,11 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from .api.admin import MAX_BULK_IDS, RETRY_STATUSES
-from .api.producer import MAX_DELAY_SECONDS
-from .api.worker import MAX_LEASE, MAX_WAIT
-from .jobs import Outcome, Priority, Status
+from .jobs import Outcome, Status
+from .schemas import MAX_JOB_ID, PRIORITIES, bodies
 from .store.audit import ACTIONS
-from .validation import MAX_JOB_ID
 
-MAX_ATTEMPT = 2**31 - 1
-PRIORITIES = [p.label for p in Priority]
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
-# RFC 3339 as the parser takes it (upper-case T and Z, no leap second), in the years the
-# store takes whole (it takes 1970-01-01 to 9999-12-30 UTC).
-RUN_AT = (r"^(?:197[1-9]|19[89]\d|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])"
-          r"-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
 # The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
 # \\ escapes; the parser takes a bare " inside too); 1 to 255 printable ASCII once unquoted.
 KEY_HEADER = (r'^[ \t]*(?:[!#-~](?:[ -~]{0,253}[!-~])?|"(?:[ -~]{0,253}[!#-~])?'
@@ -81,12 +74,8 @@ def _cursor_pattern() -> str:
     return f"^djE6(?:(?:{group}){{1,6}}|(?:{group}){{0,5}}(?:{tail1}|{tail2}))$"
 
 
-def _schemas(job_types: list[str]) -> JSON:
-    """Every reusable schema: what the API answers, and what it accepts."""
-    type_enum = {"type": "string", "enum": job_types}
-    ignored = {"description": "Ignored: the worker is always the key's name (V-04)."}
-    attempt = _int(1, MAX_ATTEMPT) | {"description": "The attempt (fencing token) it is for."}
-    lease = _nullable(_num(1, MAX_LEASE))
+def _schemas(config: Mapping[str, Any]) -> JSON:
+    """Every reusable schema: what the API answers, and what it accepts (``schemas.py``)."""
     admin_only = {"type": ["string", "null"], "description": "Admins only; absent otherwise."}
     attempt_props = {
         "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
@@ -124,37 +113,18 @@ def _schemas(job_types: list[str]) -> JSON:
                 {"field": {"type": "string"}, "detail": {"type": "string"}},
                 ("field", "detail"))},
         }, ("type", "title", "status", "detail"), closed=False),
-        "NewJob": _obj({
-            "type": type_enum,
-            "payload": _nullable({"type": "object", "description":
-                                  "At most MAX_PAYLOAD_BYTES (or the type's) as compact JSON."}),
-            "priority": _nullable({"type": "string", "enum": PRIORITIES, "default": "low"}),
-            "max_retries": _nullable(_int(0, 25)),
-            "run_at": _nullable({"type": "string", "format": "date-time", "maxLength": 64,
-                                 "pattern": RUN_AT, "description": "With a time zone."}),
-            "delay_seconds": _nullable(_num(0, MAX_DELAY_SECONDS)),
-            "idempotency_key": _nullable({"type": "string", "minLength": 1, "maxLength": 255,
-                                          "pattern": "^[ -~]*$"}),
-        }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"]}}),
-        "ClaimRequest": _obj({
-            "types": _nullable({"type": "array", "items": type_enum,
-                                "minItems": 1, "maxItems": 100}),
-            "wait": _nullable(_num(0, MAX_WAIT) | {"description": "Long poll, seconds."}),
-            "lease_seconds": lease, "worker_id": ignored,
-        }),
-        "HeartbeatRequest": _obj({"attempt": attempt, "lease_seconds": lease,
-                                  "worker_id": ignored}, ("attempt",)),
-        "CompleteRequest": _obj({"attempt": attempt, "result": {"type": ["object", "null"]},
-                                 "worker_id": ignored}, ("attempt",)),
-        "FailRequest": _obj({
-            "attempt": attempt,
-            "error": _nullable({"type": "string", "maxLength": 1_000_000, "description":
-                                "Sanitized and cut to MAX_ERROR_BYTES before it is stored."}),
-            "retry": {"type": "boolean", "default": True},
-            "retry_in": _nullable(_num(0, 86_400)), "worker_id": ignored,
-        }, ("attempt",)),
-        "Empty": _obj({}),
-        **_operating_schemas(job_types),
+        "JobList": _obj({"jobs": {"type": "array", "items": _ref("Job")}}, ("jobs",)),
+        "Enqueued": _obj({"jobs": {"type": "array", "items": _ref("Job")},
+                          "replayed": {"type": "array", "items": _int(0), "description":
+                                       "Indexes of the items that were idempotent replays."}},
+                         ("jobs", "replayed")),
+        "ItemResults": _obj({"results": {"type": "array", "items": _obj({
+            "id": _int(1, MAX_JOB_ID), "status": _int(200, 599),
+            "job_status": {"type": "string", "enum": [s.value for s in Status]},
+            "type": {"type": "string"}, "detail": {"type": "string"}}, ("id", "status"))}},
+            ("results",)),
+        **bodies(config),
+        **_operating_schemas(list(config["JOB_TYPES"])),
     }
 
 
@@ -297,12 +267,17 @@ def _paths() -> JSON:
             "Location": location,
             "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
     }
-    claimed = {"200": _json(job, "The claimed job, now running."),
-               "204": {"description": "No job came due within `wait`; with `Retry-After: 1` when "
-                              "no long-poll slot was free (it did not wait).",
+    claimed = {"200": _json({"anyOf": [job, _ref("JobList")]}, "The claimed job, now running; "
+                            "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty)."),
+               "204": {"description": "No job came due within `wait` (without `max_jobs`); with "
+                              "`Retry-After: 1` when no long-poll slot was free (it did not "
+                              "wait).",
                        "headers": {"Retry-After": {
                            "description": "`1` when no slot was free.", "required": False,
                            "schema": {"type": "string"}}}}}
+    batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
+             "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
+    per_item = {"200": _json(_ref("ItemResults"), "One result per item, in request order.")}
     metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
                        "content": {"text/plain": {"schema": {"type": "string"}}}}}
     readers = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
@@ -322,6 +297,15 @@ def _paths() -> JSON:
         "/jobs/claim": {"post": _op("claim", "Claim the best due job", "worker", claimed,
                                     *WRITE, 422, security=BEARER,
                                     requestBody=_body("ClaimRequest", required=False))},
+        "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
+                                    "producer (its key's types, up to its max priority), admin",
+                                    batch, *WRITE, 409, 422, requestBody=_body("NewJobBatch"))},
+        "/jobs/complete": {"post": _op("completeBatch", "Complete many held jobs", "worker",
+                                       per_item, *WRITE, 422, security=BEARER,
+                                       requestBody=_body("CompleteBatch"))},
+        "/jobs/fail": {"post": _op("failBatch", "Fail many held attempts", "worker", per_item,
+                                   *WRITE, 422, security=BEARER,
+                                   requestBody=_body("FailBatch"))},
         "/jobs/{id}/heartbeat": _verb("heartbeat", "Extend the lease", WORKER,
                                       "HeartbeatRequest"),
         "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
@@ -391,7 +375,7 @@ def document(config: Mapping[str, Any]) -> dict[str, Any]:
             "(RFC 9457) whose `status` equals the HTTP status.")},
         "paths": _paths(),
         "components": {
-            "schemas": _schemas(list(config["JOB_TYPES"])),
+            "schemas": _schemas(config),
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer",
                            "description": "An API key: producer, worker, admin or metrics."},

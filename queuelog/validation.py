@@ -7,21 +7,23 @@ import math
 import re
 from typing import Any, Iterable
 
-from flask import request
+from flask import Flask, current_app, request
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import BaseConverter, ValidationError
 
 from .errors import MalformedRequest, UnsupportedMediaType, ValidationFailed
 from .jobs import from_datetime
+from .schema_compiler import Check, compile_schema
+from .schemas import MAX_JOB_ID, PATTERN_DETAILS, bodies
 
 MAX_DEPTH = 64
 # RFC 3339 date-time (upper-case T and Z), the zone optional here only to name it when missing.
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?"
                       r"(?P<zone>Z|[+-]\d{2}:\d{2})?", re.ASCII)
-# The latest instant that still formats as a 4-digit year after any UTC offset.
-_LATEST = from_datetime(dt.datetime(9999, 12, 30, tzinfo=dt.timezone.utc))
+# The years a run_at may be written in: any instant of them, after any UTC offset, is stored
+# and formatted (4 digits) whole; one before now is stored as now (no backdating).
+YEARS = (1970, 9998)
 _MISSING: Any = object()
-MAX_JOB_ID = 2**63 - 1  # BIGINT
 
 
 class JobIdConverter(BaseConverter):
@@ -114,8 +116,8 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def json_body() -> dict[str, Any]:
-    """The request's JSON object body; ``{}`` when there is no body at all."""
+def _object_body() -> dict[str, Any]:
+    """The request's JSON object body, parsed strictly; ``{}`` when there is no body at all."""
     raw = request.get_data(cache=True)  # over MAX_CONTENT_LENGTH raises 413 here...
     limit = request.max_content_length
     # ...unless the body came chunked, without a Content-Length: then Werkzeug stops
@@ -131,6 +133,12 @@ def json_body() -> dict[str, Any]:
     body = parse_json(raw)
     if not isinstance(body, dict):
         raise MalformedRequest("The body must be a JSON object.")
+    return body
+
+
+def json_body() -> dict[str, Any]:
+    """The request's JSON object body (``{}`` when none), for views checked with ``Fields``."""
+    body = _object_body()
     errors = [{"field": name, "detail": "Holds a number out of range (no double or integer "
                                         "can hold it)."}
               for name, value in body.items() if _holds_out_of_range(value)]
@@ -138,6 +146,88 @@ def json_body() -> dict[str, Any]:
         raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in errors),
                                errors=errors)
     return body
+
+
+def body(name: str, errors: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """The request's body checked against its declaration ``schemas.BODIES[name]``.
+
+    400/413/415 for a body that is not a strict JSON object; 422 (ValidationFailed) listing
+    every field that breaks the declaration, each at its path (``jobs[3].priority``).
+    Integral floats under ``integer`` come back as ints. No body at all is ``{}``.
+    With ``errors`` given, field errors are appended there instead of raised, so a view
+    can add the rules a schema cannot state and report them all at once (``field_errors``).
+    """
+    return validate(name, _object_body(), errors)
+
+
+def validate(name: str, data: dict[str, Any],
+             errors: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Check ``data`` against the declared body ``name`` of the current app (see ``body``)."""
+    found: list[dict[str, str]] = [] if errors is None else errors
+    data = _checks(current_app)[name](data, "", found)
+    if errors is None:
+        field_errors(found)
+    return data
+
+
+def _checks(app: Flask) -> dict[str, Check]:
+    # Compiled once per app (its job types and MAX_BATCH are in the schemas). Two threads
+    # racing here compile twice and keep one: harmless, and no lock on the hot path.
+    checks = app.extensions.get("queuelog.bodies")
+    if checks is None:
+        checks = {name: compile_schema(schema, {"date-time": timestamp_detail}, OUT_OF_RANGE,
+                                       PATTERN_DETAILS)
+                  for name, schema in bodies(app.config).items()}
+        app.extensions["queuelog.bodies"] = checks
+    return checks  # type: ignore[no-any-return]
+
+
+def given(data: dict[str, Any], name: str, default: Any = None) -> Any:
+    """A checked body's field; ``default`` when left out or ``null`` (the contract's rule)."""
+    value = data.get(name)
+    return default if value is None else value
+
+
+def field_errors(errors: list[dict[str, str]]) -> None:
+    """Raise ValidationFailed (422) for rules checked outside the schema, if any failed."""
+    if errors:
+        raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in errors),
+                               errors=errors)
+
+
+def _parse_timestamp(value: str) -> tuple[int | None, str | None]:
+    """An RFC 3339 timestamp with a zone as epoch microseconds, or the reason it is not one."""
+    if len(value) > 64:
+        return None, "Must be 1 to 64 characters."
+    shape = _RFC3339.fullmatch(value)
+    if shape is not None and not shape.group("zone"):
+        return None, "Must carry a time zone offset or Z."
+    try:
+        if shape is None:
+            # fromisoformat alone takes far more than RFC 3339 (week dates, a space,
+            # a trailing NUL on some versions); the published schema promises only it.
+            raise ValueError(value)
+        # Python 3.10's fromisoformat does not take a trailing "Z" (3.11's does).
+        parsed = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] == "Z"
+                                           else value)
+    except ValueError:
+        return None, "Must be an RFC 3339 timestamp, e.g. 2030-01-02T03:04:05Z."
+    if not YEARS[0] <= parsed.year <= YEARS[1]:
+        return None, f"Must be in the years {YEARS[0]} to {YEARS[1]}."
+    return from_datetime(parsed), None
+
+
+def timestamp_detail(value: str) -> str | None:
+    """Why ``value`` is not an RFC 3339 timestamp with a zone, or None when it is one."""
+    return _parse_timestamp(value)[1]
+
+
+def timestamp_us(value: str) -> int:
+    """A checked RFC 3339 timestamp as epoch microseconds."""
+    us, detail = _parse_timestamp(value)
+    if us is None:
+        raise ValueError(detail)
+    return us
 
 
 def is_name(value: Any, max_len: int = 100) -> bool:
@@ -256,25 +346,9 @@ class Fields:
         value = self.string(name, max_len=64, default=None)
         if value is None:
             return None
-        shape = _RFC3339.fullmatch(value)
-        if shape is not None and not shape.group("zone"):
-            self.error(name, "Must carry a time zone offset or Z.")
-            return None
-        try:
-            if shape is None:
-                # fromisoformat alone takes far more than RFC 3339 (week dates, a space,
-                # a trailing NUL on some versions); the published schema promises only it.
-                raise ValueError(value)
-            # Python 3.10's fromisoformat does not take a trailing "Z" (3.11's does).
-            parsed = dt.datetime.fromisoformat(value[:-1] + "+00:00" if value[-1:] == "Z"
-                                               else value)
-        except ValueError:
-            self.error(name, "Must be an RFC 3339 timestamp, e.g. 2030-01-02T03:04:05Z.")
-            return None
-        us = from_datetime(parsed)
-        if not 0 <= us <= _LATEST:
-            self.error(name, "Must be between 1970 and 9999.")
-            return None
+        us, detail = _parse_timestamp(value)
+        if detail is not None:
+            self.error(name, detail)
         return us
 
     def _absent(self, name: str, default: Any) -> Any:

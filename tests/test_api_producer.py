@@ -51,6 +51,23 @@ def test_admin_may_enqueue_at_any_priority(client, admin, label):
     assert resp.json["producer"] == "root" and resp.json["error"] is None
 
 
+def test_a_past_run_at_is_stored_as_the_enqueue_time(client, producer, worker, clock):
+    now = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    backdated = client.post("/jobs", json={"type": "email", "run_at": "2001-01-01T00:00:00Z"},
+                            headers=producer).json
+    assert backdated["run_at"] == backdated["created_at"] == "2026-05-28T20:26:40.000000Z"
+    # Same priority, same run_at: the older job goes first; backdating jumped no queue.
+    assert client.post("/jobs/claim", headers=worker).json["id"] == now["id"]
+
+
+def test_null_optional_fields_mean_left_out(client, producer):
+    job = client.post("/jobs", json={"type": "email", "priority": None, "max_retries": None,
+                                     "run_at": None, "delay_seconds": None,
+                                     "idempotency_key": None}, headers=producer)
+    assert job.status_code == 201
+    assert (job.json["priority"], job.json["max_retries"]) == ("low", 3)
+
+
 def test_enqueue_run_at_and_delay_seconds(client, producer, clock):
     at = client.post("/jobs", json={"type": "email", "run_at": "2030-01-02T03:04:05+02:00"},
                      headers=producer).json
@@ -66,6 +83,7 @@ def test_enqueue_run_at_and_delay_seconds(client, producer, clock):
     ({}, "type"),
     ({"type": "email", "payload": [1, 2]}, "payload"),
     ({"type": "email", "payload": "text"}, "payload"),
+    ({"type": "email", "payload": None}, "payload"),  # null is not an object (contract)
     ({"type": "report", "payload": {"x": "y" * 40}}, "payload"),  # over the type's limit
     ({"type": "email", "priority": "urgent"}, "priority"),
     ({"type": "email", "priority": 20}, "priority"),

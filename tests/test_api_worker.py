@@ -63,7 +63,7 @@ def test_claim_types_must_be_within_the_keys_types(client, producer, make_key):
 
 @SQLITE_ONLY
 @pytest.mark.parametrize("body, field", [
-    ({"types": ["fax"]}, "types"),
+    ({"types": ["fax"]}, "types[0]"),
     ({"types": []}, "types"),
     ({"types": "email"}, "types"),
     ({"wait": 31}, "wait"),
@@ -92,8 +92,9 @@ def test_long_poll_wakes_on_enqueue(client, app, producer, worker, store, monkey
     monkeypatch.setattr(longpoll, "FIRST_PAUSE", 60.0)
     monkeypatch.setattr(longpoll, "MAX_PAUSE", 60.0)
     tries: list[int] = []
-    real_claim = store.claim
-    monkeypatch.setattr(store, "claim", lambda *a, **k: tries.append(1) or real_claim(*a, **k))
+    real_claim = store.claim_many
+    monkeypatch.setattr(store, "claim_many",
+                        lambda *a, **k: tries.append(1) or real_claim(*a, **k))
     polls = app.extensions["queuelog.longpoll"]
     answer: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: answer.update(resp=app.test_client().post(

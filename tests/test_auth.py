@@ -125,3 +125,18 @@ def test_a_wrong_credential_is_told_apart_from_none(client, store):
     assert len(set(details.values())) == 3, details
     assert "Send an API key" in details["none"]
     assert "not valid" in details["bearer"] and "password" in details["basic"]
+
+
+def test_a_key_revoked_elsewhere_stops_at_once_here(client, store, db_url):
+    """Every request reads the key from the database: no process keeps a revoked key."""
+    from queuelog.store import Store
+    _, token = store.accounts.create_key("mailer-9", "worker")
+    headers = {"Authorization": f"Bearer {token}"}
+    for _ in range(3):  # warm: the same key, request after request
+        assert client.post("/jobs/claim", headers=headers).status_code == 204
+    other = Store(db_url)  # another process (or server) on the same database
+    try:
+        assert other.accounts.revoke_key("mailer-9")
+    finally:
+        other.close()
+    assert client.post("/jobs/claim", headers=headers).status_code == 401

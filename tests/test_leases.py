@@ -228,8 +228,9 @@ def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, w
     monkeypatch.setattr(longpoll, "FIRST_PAUSE", 60.0)
     monkeypatch.setattr(longpoll, "MAX_PAUSE", 60.0)
     tries: list[int] = []
-    real_claim = store.claim
-    monkeypatch.setattr(store, "claim", lambda *a, **k: tries.append(1) or real_claim(*a, **k))
+    real_claim = store.claim_many
+    monkeypatch.setattr(store, "claim_many",
+                        lambda *a, **k: tries.append(1) or real_claim(*a, **k))
     polls = app.extensions["queuelog.longpoll"]
     answer: dict[str, Any] = {}
 
@@ -255,8 +256,9 @@ def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, w
 def test_long_poll_answers_204_at_the_deadline_without_spinning(app, client, worker, store,
                                                                 monkeypatch):
     tries = []
-    real_claim = store.claim
-    monkeypatch.setattr(store, "claim", lambda *a, **k: tries.append(1) or real_claim(*a, **k))
+    real_claim = store.claim_many
+    monkeypatch.setattr(store, "claim_many",
+                        lambda *a, **k: tries.append(1) or real_claim(*a, **k))
     began = time.monotonic()
     resp = client.post("/jobs/claim", json={"wait": 1.5}, headers=worker)
     took = time.monotonic() - began

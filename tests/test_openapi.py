@@ -24,7 +24,8 @@ from queuelog.openapi import document
 from queuelog.store import NewJob, Store
 from queuelog.throttle import SignInThrottle
 
-WORKER_OPS = {"/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete", "/jobs/{id}/fail"}
+WORKER_OPS = {"/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete", "/jobs/{id}/fail",
+              "/jobs/complete", "/jobs/fail"}
 
 
 def seed(store: Store) -> None:
@@ -92,10 +93,23 @@ def _short_wait(case: Any) -> None:
 def _stateful_key(case: Any) -> bool:
     # Whether a valid request with an idempotency key is accepted depends on what was
     # sent before with that key (422 mismatch) and on the body's key agreeing with the
-    # header's: rules across requests and parameters that a schema cannot state.
+    # header's: rules across requests and parameters that a schema cannot state. So are
+    # "one key (or one job id) once per batch": JSON Schema has no uniqueness by property.
     body = case.body if isinstance(case.body, dict) else {}
-    return case.operation.path == "/jobs" and (
-        body.get("idempotency_key") is not None or "Idempotency-Key" in (case.headers or {}))
+    path = case.operation.path
+    if path == "/jobs":
+        return body.get("idempotency_key") is not None or "Idempotency-Key" in (
+            case.headers or {})
+    items = body.get("jobs") if isinstance(body.get("jobs"), list) else []
+    if path == "/jobs/batch":
+        return any(isinstance(i, dict) and i.get("idempotency_key") is not None
+                   for i in items)
+    if path in ("/jobs/complete", "/jobs/fail"):
+        # As the server compares them: 1 and 1.0 are the same id.
+        ids = [repr(float(i)) if type(i) in (int, float) else repr(i)
+               for i in (item.get("id") for item in items if isinstance(item, dict))]
+        return len(ids) != len(set(ids))
+    return False
 
 
 @settings(max_examples=25, derandomize=True, deadline=None,
@@ -123,7 +137,7 @@ def test_document_is_served_and_lists_every_route(client: Any, keys: Any, app: A
         "/jobs", "/jobs/{id}", "/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete",
         "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/healthz", "/metrics",
         "/openapi.json", "/jobs/retry", "/jobs/cancel", "/types", "/types/{type}/pause",
-        "/types/{type}/resume", "/audit"}
+        "/types/{type}/resume", "/audit", "/jobs/batch", "/jobs/complete", "/jobs/fail"}
     new_job = got.json["components"]["schemas"]["NewJob"]
     assert new_job["properties"]["type"]["enum"] == ["email", "pdf", "sync", "report"]
     assert client.get("/openapi.json").status_code == 401

@@ -48,11 +48,13 @@ def test_enqueue_with_delay_or_run_at_is_not_due_before_then(store, clock):
 
 
 def test_claim_order_is_priority_then_run_at_then_id(store, clock):
+    # A run_at in the past is stored as now (no backdating), so "earlier" is a nearer future.
     low = add(store, priority=0)
-    high_a = add(store, priority=20)
-    high_earlier = add(store, priority=20, run_at=clock.now - 10 * US)
-    critical_later = add(store, priority=30, run_at=clock.now + 60 * US)
-    high_b = add(store, priority=20)
+    high_a = add(store, priority=20, run_at=clock.now + 20 * US)
+    high_earlier = add(store, priority=20, run_at=clock.now + 10 * US)
+    critical_later = add(store, priority=30, run_at=clock.now + 90 * US)
+    high_b = add(store, priority=20, run_at=clock.now + 20 * US)
+    clock.advance(30)
     got = [store.claim("w", lease_seconds=60) for _ in range(5)]
     assert [j.id if j else None for j in got] == [high_earlier.id, high_a.id, high_b.id,
                                                   low.id, None]

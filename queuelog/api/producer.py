@@ -1,4 +1,4 @@
-"""Producer endpoints: enqueue and cancel."""
+"""Producer endpoints: enqueue one job or a batch, and cancel."""
 from __future__ import annotations
 
 import hashlib
@@ -8,106 +8,155 @@ from typing import Any
 from flask import Blueprint, current_app, request, url_for
 
 from .. import actions, metrics
-from ..auth import current_user, require
-from ..errors import Forbidden
+from ..auth import Principal, current_user, require
+from ..errors import Forbidden, ValidationFailed
 from ..jobs import Priority
+from ..schemas import MAX_DELAY_SECONDS  # noqa: F401  (re-exported: its old home)
 from ..store import NewJob, get_store
-from ..validation import Fields, compact, idempotency_header, json_body
+from ..validation import body, compact, field_errors, given, idempotency_header, timestamp_us
 from . import job_json, notify
 
 bp = Blueprint("producer", __name__)
 
-ENQUEUE_FIELDS = ("type", "payload", "priority", "max_retries", "run_at", "delay_seconds",
-                  "idempotency_key")
-MAX_DELAY_SECONDS = 366 * 86_400
+Errors = list[dict[str, str]]
 
 
 @bp.post("/jobs")
 @require("producer", "admin", write=True)
 def enqueue() -> Any:
     """Enqueue a job (201), or replay an idempotent request (200)."""
-    new = parse_new_job(json_body())
+    errors: Errors = []
+    data = body("NewJob", errors)
+    header = _header_key(errors)
+    if header is not None and not _has_error(errors, "idempotency_key") \
+            and given(data, "idempotency_key", header) != header:
+        errors.append({"field": "idempotency_key",
+                       "detail": "Differs from the Idempotency-Key header."})
+    refusals: Errors = []
+    new = parse_new_job(data, current_user(), "", errors, refusals, header)
+    field_errors(errors)
+    if refusals:
+        raise Forbidden(refusals[0]["detail"])
     job, created = get_store().enqueue(new)
-    body = job_json(job)
+    location = {"Location": url_for("read.get_job", job_id=job.id)}
     if created:
         notify()
         metrics.jobs_enqueued(job.type)
-        return body, 201, {"Location": url_for("read.get_job", job_id=job.id)}
-    return body, 200, {"Idempotent-Replayed": "true",
-                       "Location": url_for("read.get_job", job_id=job.id)}
+        return job_json(job), 201, location
+    return job_json(job), 200, {"Idempotent-Replayed": "true", **location}
+
+
+@bp.post("/jobs/batch")
+@require("producer", "admin", write=True)
+def enqueue_batch() -> Any:
+    """Enqueue many jobs in one transaction, all or nothing (201; 200 if all replayed)."""
+    errors: Errors = []
+    data = body("NewJobBatch", errors)
+    if "Idempotency-Key" in request.headers:
+        errors.append({"field": "Idempotency-Key", "detail": "Not taken on a batch: give "
+                       "each item its own idempotency_key."})
+    # Items are read only when the list itself passed (a list over MAX_BATCH is not walked).
+    items = data["jobs"] if not _has_error(errors, "jobs", whole=True) else []
+    who = current_user()
+    refusals: Errors = []
+    news: list[NewJob | None] = []
+    first_use: dict[str, int] = {}
+    for i, item in enumerate(items):
+        prefix = f"jobs[{i}]"
+        news.append(parse_new_job(item, who, prefix, errors, refusals) if isinstance(
+            item, dict) else None)
+        key = item.get("idempotency_key") if isinstance(item, dict) else None
+        if isinstance(key, str):
+            if key in first_use:
+                errors.append({"field": f"{prefix}.idempotency_key",
+                               "detail": f"Used by jobs[{first_use[key]}] too."})
+            first_use.setdefault(key, i)
+    field_errors(errors)  # 422 over 403: any invalid item fails the batch as a 422
+    if refusals:
+        raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in refusals),
+                        errors=refusals)
+    jobs, replayed = get_store().enqueue_many([n for n in news if n is not None])
+    created = len(replayed) < len(jobs)
+    if created:
+        notify()
+        fresh = set(range(len(jobs))) - set(replayed)
+        for job_type in {jobs[i].type for i in fresh}:
+            metrics.jobs_enqueued(job_type, sum(1 for i in fresh if jobs[i].type == job_type))
+    return {"jobs": [job_json(j) for j in jobs], "replayed": replayed}, 201 if created else 200
 
 
 @bp.post("/jobs/<job_id:job_id>/cancel")
 @require("producer", "admin", write=True)
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
-    Fields(json_body(), ()).check()  # a body, if sent, must be a JSON object with no fields
+    body("Empty")  # a body, if sent, must be a JSON object with no fields
     return job_json(actions.cancel(current_user(), job_id))
 
 
-def parse_new_job(body: dict[str, Any]) -> NewJob:
-    """Validate an enqueue body (422), then check the key's limits (403)."""
+def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Errors,
+                  refusals: Errors, header_key: str | None = None) -> NewJob | None:
+    """A checked enqueue body as a NewJob; the rules no schema states go to ``errors``
+    (payload size per type, 422) and ``refusals`` (the key's limits, 403)."""
+    def at(name: str) -> str:
+        return f"{prefix}.{name}" if prefix else name
     config = current_app.config
-    f = Fields(body, ENQUEUE_FIELDS)
-    job_type = f.string("type", max_len=100)
-    options: dict[str, Any] = {}
-    if job_type is not None:
-        options = config["JOB_TYPES"].get(job_type, _UNKNOWN)
-        if options is _UNKNOWN:
-            f.error("type", f"Unknown job type; allowed: {', '.join(sorted(config['JOB_TYPES']))}.")
-            options = {}
-    payload = f.obj("payload", default={})
-    payload_json = compact(payload) if payload is not None else None
+    job_type = data.get("type")
+    options = config["JOB_TYPES"].get(job_type, {}) if isinstance(job_type, str) else {}
+    payload = given(data, "payload", {})
+    payload_json = None if _has_error(errors, at("payload")) else compact(payload)
     limit = int(options.get("max_payload_bytes", config["MAX_PAYLOAD_BYTES"]))
     if payload_json is not None and len(payload_json.encode("utf-8")) > limit:
-        f.error("payload", f"Larger than {limit} bytes as compact JSON.")
-    label = f.string("priority", max_len=16, default="low")
-    priority = None
-    if label is not None:
-        try:
-            priority = Priority.from_label(label)
-        except KeyError:
-            f.error("priority", "Must be one of low, medium, high, critical.")
-    default_retries = int(options.get("max_retries", config["DEFAULT_MAX_RETRIES"]))
-    max_retries = f.integer("max_retries", 0, 25, default=default_retries)
-    run_at = f.timestamp("run_at")
-    delay = f.number("delay_seconds", 0, MAX_DELAY_SECONDS, default=None)
-    if "run_at" in body and "delay_seconds" in body:
-        f.error("delay_seconds", "Give run_at or delay_seconds, not both.")
-    key = _idempotency_key(f)
-    f.check()
-    who = current_user()
+        errors.append({"field": at("payload"),
+                       "detail": f"Larger than {limit} bytes as compact JSON."})
+    if _has_error(errors, prefix):
+        return None  # this item (or the body) is invalid: the request will be a 422
+    label = given(data, "priority", "low")
+    priority = Priority.from_label(label)
     if who.role == "producer":
         if who.types is not None and job_type not in who.types:
-            raise Forbidden(f"This key may not enqueue jobs of type {job_type!r}.")
+            refusals.append({"field": at("type"), "detail":
+                             f"This key may not enqueue jobs of type {job_type!r}."})
         if priority > who.max_priority:
-            raise Forbidden("This key may not enqueue at priority "
-                            f"{label!r} (its maximum is "
-                            f"{Priority.from_value(who.max_priority).label!r}).")
+            refusals.append({"field": at("priority"), "detail":
+                             f"This key may not enqueue at priority {label!r} (its maximum "
+                             f"is {Priority.from_value(who.max_priority).label!r})."})
+    max_retries = given(data, "max_retries",
+                        int(options.get("max_retries", config["DEFAULT_MAX_RETRIES"])))
+    run_at = given(data, "run_at")
+    run_at_us = None if run_at is None else timestamp_us(run_at)
+    delay = given(data, "delay_seconds")
+    key = header_key if header_key is not None else given(data, "idempotency_key")
     request_hash = None
     if key is not None:
         request_hash = hashlib.sha256(json.dumps(
             # delay_seconds omitted, 0 and 0.0 all mean "now"; 5 and 5.0 are one number.
-            [job_type, payload, int(priority), max_retries, run_at,
+            [job_type, payload, int(priority), max_retries, run_at_us,
              float(delay) if delay else None],
             sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-    return NewJob(producer=who.name, type=job_type, payload_json=payload_json,
-                  priority=int(priority), max_retries=max_retries, run_at=run_at,
+    return NewJob(producer=who.name, type=job_type, payload_json=payload_json or "{}",
+                  priority=int(priority), max_retries=max_retries, run_at=run_at_us,
                   delay_seconds=delay, idempotency_key=key, request_hash=request_hash)
 
 
-_UNKNOWN: Any = object()
+def _has_error(errors: Errors, path: str, whole: bool = False) -> bool:
+    """Whether ``path`` or a field inside it has an error; ``whole``: only ``path`` or
+    its parent body. The empty path is the body: any error at all."""
+    if whole:
+        return any(e["field"] in (path, "") for e in errors)
+    return any(not path or e["field"] == path or e["field"].startswith((path + ".", path + "["))
+               for e in errors)
 
 
-def _idempotency_key(f: Fields) -> str | None:
-    """The key from the body or the ``Idempotency-Key`` header; they must agree."""
-    in_body = f.string("idempotency_key", max_len=255, printable_ascii=True, default=None)
-    header = idempotency_header(request.headers.get("Idempotency-Key"))
-    if header is not None:
-        if not 1 <= len(header) <= 255 or not all(" " <= c <= "~" for c in header):
-            f.error("Idempotency-Key", "Must be 1 to 255 printable ASCII characters.")
-            return None
-        if in_body is not None and in_body != header:
-            f.error("idempotency_key", "Differs from the Idempotency-Key header.")
-        return header
-    return in_body
+def _header_key(errors: Errors) -> str | None:
+    """The ``Idempotency-Key`` header as a key (checked as the body's field is), or None."""
+    try:
+        header = idempotency_header(request.headers.get("Idempotency-Key"))
+    except ValidationFailed as exc:
+        errors.extend(exc.errors or [])
+        return None
+    if header is not None and (not 1 <= len(header) <= 255
+                               or not all(" " <= c <= "~" for c in header)):
+        errors.append({"field": "Idempotency-Key",
+                       "detail": "Must be 1 to 255 printable ASCII characters."})
+        return None
+    return header

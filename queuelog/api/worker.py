@@ -1,4 +1,5 @@
-"""Worker endpoints: claim (with long poll), heartbeat, complete, fail.
+"""Worker endpoints: claim (with long poll; one job or ``max_jobs``), heartbeat, complete and
+fail, each for one job or, for complete and fail, a batch fenced item by item.
 
 The worker's identity is always its key's name (V-04); a ``worker_id`` in a body is ignored.
 """
@@ -10,57 +11,54 @@ from flask import Blueprint, current_app, request
 
 from .. import metrics
 from ..auth import current_user, require
-from ..errors import Forbidden
+from ..errors import Forbidden, QueuelogError
 from ..jobs import Job
 from ..longpoll import Outcome, long_polls
 from ..sanitize import sanitize_error
+from ..schemas import MAX_LEASE, MAX_WAIT  # noqa: F401  (re-exported: their old home)
 from ..store import get_store
-from ..validation import Fields, compact, json_body
+from ..validation import body, compact, field_errors, given
 from . import job_json
 from .disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
-MAX_WAIT = 30.0
-MAX_LEASE = 43_200
 JOB_ID = "<job_id:job_id>"
+Errors = list[dict[str, str]]
 
 
 @bp.post("/jobs/claim")
 @require("worker", write=True)
 def claim() -> Any:
-    """Claim the best due job (200), or answer 204 when none is due by ``wait``."""
-    f = Fields(json_body(), ("types", "wait", "lease_seconds"), ignored=("worker_id",))
-    types = f.string_list("types", max_items=100, default=None)
-    wait = f.number("wait", 0, MAX_WAIT, default=0)
-    lease = f.number("lease_seconds", 1, MAX_LEASE, default=None)
-    configured = current_app.config["JOB_TYPES"]
-    for name in types or ():
-        if name not in configured:
-            f.error("types", f"Unknown job type {name!r}.")
-    f.check()
+    """Claim the best due job (200, or 204 when none is due by ``wait``); with
+    ``max_jobs``, up to that many, as ``{"jobs": [...]}`` (maybe empty)."""
+    data = body("ClaimRequest")
+    types = given(data, "types")
     who = current_user()
     if types is not None and who.types is not None and not set(types) <= set(who.types):
         raise Forbidden("This key may not claim some of these types.")
     if types is None:
         types = list(who.types) if who.types is not None else None
-    outcome = _claim_waiting(who.name, types, lease, wait)
+    max_jobs = given(data, "max_jobs")
+    outcome = _claim_waiting(who.name, types, given(data, "lease_seconds"),
+                             given(data, "wait", 0), max_jobs or 1)
+    headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
+    if max_jobs is not None:
+        return {"jobs": [job_json(j) for j in outcome.jobs]}, 200, headers
     if not outcome.jobs:
-        headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
         return "", 204, headers
     return job_json(outcome.jobs[0])
 
 
 def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
-                   wait: float) -> Outcome[Job]:
+                   wait: float, max_jobs: int = 1) -> Outcome[Job]:
     """Claim now; if nothing is due, look again until ``wait`` runs out (``longpoll``)."""
     store = get_store()
     token = _bearer_token()
 
     def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        job = store.claim(worker, lease_seconds=lease, types=types)
-        return [] if job is None else [job]
+        return store.claim_many(worker, max_jobs, lease_seconds=lease, types=types)
 
     def still_wanted() -> bool:
         # A key revoked while its claim waits must not get a job it could never complete,
@@ -79,27 +77,20 @@ def _bearer_token() -> str:
 @require("worker", write=True)
 def heartbeat(job_id: int) -> Any:
     """Extend the lease of a job the caller holds."""
-    f = Fields(json_body(), ("attempt", "lease_seconds"), ignored=("worker_id",))
-    attempt = f.integer("attempt", 1, 2**31 - 1)
-    lease = f.number("lease_seconds", 1, MAX_LEASE, default=None)
-    f.check()
-    return job_json(get_store().heartbeat(job_id, current_user().name, attempt,
-                                          lease_seconds=lease))
+    data = body("HeartbeatRequest")
+    return job_json(get_store().heartbeat(job_id, current_user().name, data["attempt"],
+                                          lease_seconds=given(data, "lease_seconds")))
 
 
 @bp.post(f"/jobs/{JOB_ID}/complete")
 @require("worker", write=True)
 def complete(job_id: int) -> Any:
     """Complete a held job, with an optional result object."""
-    f = Fields(json_body(), ("attempt", "result"), ignored=("worker_id",))
-    attempt = f.integer("attempt", 1, 2**31 - 1)
-    result = f.obj("result", default=None)
-    result_json = None if result is None else compact(result)
-    limit = current_app.config["MAX_PAYLOAD_BYTES"]
-    if result_json is not None and len(result_json.encode("utf-8")) > limit:
-        f.error("result", f"Larger than {limit} bytes as compact JSON.")
-    f.check()
-    job = get_store().complete(job_id, current_user().name, attempt, result_json)
+    errors: Errors = []
+    data = body("CompleteRequest", errors)
+    result_json = _result_json(data, "result", errors)
+    field_errors(errors)
+    job = get_store().complete(job_id, current_user().name, data["attempt"], result_json)
     metrics.attempt_finished(job.type, "completed")
     return job_json(job)
 
@@ -108,14 +99,86 @@ def complete(job_id: int) -> Any:
 @require("worker", write=True)
 def fail(job_id: int) -> Any:
     """Fail a held attempt: retried after backoff, or failed for good."""
-    f = Fields(json_body(), ("attempt", "error", "retry", "retry_in"), ignored=("worker_id",))
-    attempt = f.integer("attempt", 1, 2**31 - 1)
-    error = f.string("error", max_len=1_000_000, min_len=0, default="")
-    retry = f.boolean("retry", default=True)
-    retry_in = f.number("retry_in", 0, 86_400, default=None)
-    f.check()
-    clean = sanitize_error(error, current_app.config["MAX_ERROR_BYTES"])
-    job = get_store().fail(job_id, current_user().name, attempt, clean, retry=retry,
-                           retry_in=retry_in)
+    data = body("FailRequest")
+    job = get_store().fail(job_id, current_user().name, data["attempt"], _clean_error(data),
+                           retry=given(data, "retry", True), retry_in=given(data, "retry_in"))
     metrics.attempt_finished(job.type, "failed")
     return job_json(job)
+
+
+@bp.post("/jobs/complete")
+@require("worker", write=True)
+def complete_batch() -> Any:
+    """Complete many held jobs in one transaction; each item fenced and answered on its own."""
+    errors: Errors = []
+    data = body("CompleteBatch", errors)
+    items = _items(data, errors)
+    results = [_result_json(item, f"jobs[{i}].result", errors) for i, item in enumerate(items)]
+    field_errors(errors)
+    done = get_store().complete_many(current_user().name, [
+        (item["id"], item["attempt"], result) for item, result in zip(items, results)])
+    _count(done, "completed")
+    return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
+
+
+@bp.post("/jobs/fail")
+@require("worker", write=True)
+def fail_batch() -> Any:
+    """Fail many held attempts in one transaction; each item fenced and answered on its own."""
+    errors: Errors = []
+    items = _items(body("FailBatch", errors), errors)
+    field_errors(errors)
+    done = get_store().fail_many(current_user().name, [
+        (item["id"], item["attempt"], _clean_error(item), given(item, "retry", True),
+         given(item, "retry_in")) for item in items])
+    _count(done, "failed")
+    return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
+
+
+def _items(data: dict[str, Any], errors: Errors) -> list[dict[str, Any]]:
+    """A checked batch's items; the same job twice in one request is a 422."""
+    if any(e["field"] == "jobs" for e in errors):
+        return []  # not a list, or over MAX_BATCH: its items were not checked
+    items: list[dict[str, Any]] = data["jobs"]
+    first: dict[int, int] = {}
+    for i, item in enumerate(items):
+        job_id = item.get("id") if isinstance(item, dict) else None
+        if not isinstance(job_id, int):
+            continue  # already an error of the schema's
+        if job_id in first:
+            errors.append({"field": f"jobs[{i}].id", "detail":
+                           f"Job {job_id} is also jobs[{first[job_id]}]."})
+        first.setdefault(job_id, i)
+    return items
+
+
+def _result_json(data: dict[str, Any], field: str, errors: Errors) -> str | None:
+    """A result object as stored (compact JSON); too large is an error at ``field``."""
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, dict) or any(e["field"] == field for e in errors):
+        return None
+    out = compact(result)
+    limit = current_app.config["MAX_PAYLOAD_BYTES"]
+    if len(out.encode("utf-8")) > limit:
+        errors.append({"field": field, "detail": f"Larger than {limit} bytes as compact JSON."})
+    return out
+
+
+def _clean_error(data: dict[str, Any]) -> str:
+    """The worker's error text, sanitized and cut before it is stored (V-10)."""
+    return sanitize_error(given(data, "error", ""), current_app.config["MAX_ERROR_BYTES"])
+
+
+def _count(done: list[Job | QueuelogError], outcome: str) -> None:
+    """Count the attempts a batch finished (metrics)."""
+    for got in done:
+        if isinstance(got, Job):
+            metrics.attempt_finished(got.type, outcome)
+
+
+def _outcome(job_id: int, got: Job | QueuelogError) -> dict[str, Any]:
+    """One item of a batch answer: the job's new status, or the problem as the single
+    route would answer it."""
+    if isinstance(got, QueuelogError):
+        return {"id": job_id, "status": got.status, "type": got.type_uri, "detail": got.detail}
+    return {"id": job_id, "status": 200, "job_status": got.status.value}
