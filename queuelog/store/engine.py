@@ -97,26 +97,7 @@ def upgrade_on_start() -> bool:
     return not _START_UPGRADE_DEFERRED.get()
 
 
-# PostgreSQL: every job is updated two to four times (claim, complete or fail, take-back),
-# so ``jobs`` and its partial claim index collect dead tuples fast, and a claim walks over
-# them until a vacuum. Autovacuum's default waits for 20% of the table to be dead (200k rows
-# at a million jobs): vacuum at 1% (plus 1,000 rows) without the cost delay, and leave 20%
-# of each page free so an updated row can stay on its page. (To become a migration.)
-PG_JOBS_STORAGE = ("ALTER TABLE jobs SET (fillfactor = 80, autovacuum_vacuum_scale_factor = "
-                   "0.01, autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0, "
-                   "autovacuum_analyze_scale_factor = 0.02)")
-_PG_JOBS_OPTIONS = {"fillfactor=80", "autovacuum_vacuum_scale_factor=0.01",
-                    "autovacuum_vacuum_threshold=1000", "autovacuum_vacuum_cost_delay=0",
-                    "autovacuum_analyze_scale_factor=0.02"}
-
-
 def create_schema(engine: Engine) -> None:
     """Create or upgrade the schema to the newest revision (safe from several processes)."""
     from .migrate import upgrade  # Alembic loads only where the schema is touched
     upgrade(engine)
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            options = conn.exec_driver_sql(
-                "SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass").scalar()
-            if not _PG_JOBS_OPTIONS <= set(options or ()):
-                conn.exec_driver_sql(PG_JOBS_STORAGE)  # takes no lock that blocks reads or writes
