@@ -436,7 +436,7 @@ def main() -> None:
     backend = "PostgreSQL" if pg else "SQLite (SYNCHRONOUS=FULL)"
     print(f"\nqueuelog over HTTP, {backend}; gunicorn {' '.join(GUNICORN)}; "
           f"wrk {CONNECTIONS} connections; {rounds} round(s) of {seconds:g} s, medians")
-    print(f"| measurement | rate | ratio |\n| --- | --- | --- |")
+    print("| measurement | rate | ratio |\n| --- | --- | --- |")
     for name, rate, ratio in results:
         print(f"| {name} | {rate} | {ratio} |")
 

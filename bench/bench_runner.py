@@ -9,7 +9,11 @@ enqueues the jobs, then times:
   completed (one process started per job: the runner's real cost);
 - **API, batch**: claim up to 100 jobs at once (``max_jobs``) and complete them with one
   ``POST /jobs/complete``, N threads, no process started: the ceiling the runner is held to.
+- **API, batch of N**: one thread claiming N jobs at once (``max_jobs`` = the concurrency)
+  and completing them in one request: the same jobs in flight as the runner has.
 - **API, single**: claim one job, complete it, N threads, no process started.
+
+``--server-root DIR`` serves another checkout (its ``app.py``) instead of this one.
 
 Prints jobs/s for each. The default database is SQLite in a temp dir (FULL, the default).
 """
@@ -29,6 +33,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
 from queuelog.client import Client, ProblemError  # noqa: E402
+import server_process  # noqa: E402
 from server_process import Server, make_keys  # noqa: E402
 
 
@@ -100,23 +105,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--database-url", default=None)
+    parser.add_argument("--server-root", default=None, help="a checkout whose app.py to serve")
     args = parser.parse_args()
+    server_env = {"QUEUELOG_JOB_TYPES": '{"runner": {}, "batch": {}, "batch_n": {}, "single": {}}'}
+    if args.server_root:
+        server_process.ROOT = os.path.abspath(args.server_root)
+        server_env["PYTHONPATH"] = server_process.ROOT
     tmp = tempfile.mkdtemp(prefix="queuelog-bench-runner-")
     db = args.database_url or f"sqlite:///{tmp}/bench.sqlite3"
     keys = make_keys(db, {"producer": "producer", "worker": "worker", "root": "admin"})
     tokens = {n: h["Authorization"].split()[1] for n, h in keys.items()}
-    server = Server(db, os.path.join(tmp, "server.log"), workers=4, threads=8,
-                    env={"QUEUELOG_JOB_TYPES": '{"runner": {}, "batch": {}, "single": {}}'})
+    server = Server(db, os.path.join(tmp, "server.log"), workers=4, threads=8, env=server_env)
     server.start()
     url = f"http://127.0.0.1:{server.port}"
     producer, admin = Client(url, tokens["producer"]), Client(url, tokens["root"])
     try:
-        def batch_round(c: Client) -> int:
-            got = c.claim(["batch"], max_jobs=100)
+        def batch_round(c: Client, kind: str = "batch", size: int = 100) -> int:
+            got: list[dict[str, Any]] = c.claim([kind], max_jobs=size)  # type: ignore
             if got:
-                c._request("POST", "jobs/complete", {"jobs": [
-                    {"id": j["id"], "attempt": j["attempt"]} for j in got]})  # type: ignore
-            return len(got or [])  # type: ignore[arg-type]
+                c.complete_many([{"id": j["id"], "attempt": j["attempt"]} for j in got])
+            return len(got)
 
         def single_round(c: Client) -> int:
             job = c.claim(["single"])
@@ -134,12 +142,19 @@ def main() -> None:
                                              args.concurrency, batch_round)
         except ProblemError as exc:
             print(f"API, batch: not measured ({exc})")
+        fill(producer, args.jobs, "batch_n")
+        try:
+            results[f"API, batch of {args.concurrency}"] = time_api(
+                url, tokens["worker"], "batch_n", 1,
+                lambda c: batch_round(c, "batch_n", args.concurrency))
+        except ProblemError as exc:
+            print(f"API, batch of {args.concurrency}: not measured ({exc})")
         fill(producer, args.jobs, "single")
         results["API, single"] = time_api(url, tokens["worker"], "single",
                                           args.concurrency, single_round)
         print(f"{args.jobs} jobs, concurrency {args.concurrency}, {db.split(':')[0]}:")
         for name, seconds in results.items():
-            print(f"  {name:<12} {args.jobs / seconds:8.0f} jobs/s  ({seconds:.1f} s)")
+            print(f"  {name:<16} {args.jobs / seconds:8.0f} jobs/s  ({seconds:.1f} s)")
     finally:
         for c in (producer, admin):
             c.close()

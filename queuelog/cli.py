@@ -89,6 +89,10 @@ def init_db() -> None:
 @main.group("db", cls=AppGroup)
 def db() -> None:
     """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
+    from .store.engine import start_upgrade_deferred
+    # Load the app (when the subcommand does) without the start-up upgrade: `db current`
+    # shows the revision as found, and `db upgrade` reports what it did.
+    click.get_current_context().with_resource(start_upgrade_deferred())
 
 
 @db.command("upgrade")

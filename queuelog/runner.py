@@ -38,6 +38,8 @@ class Runner:
         self._log_lock = threading.Lock()
         self._state = threading.Condition()
         self._active = 0    # commands running: the slots taken
+        self._reserved = 0  # slots a claim in flight may fill
+        self._outage = False  # claims are failing: said once, and once when they work again
         self._jobs = 0      # job threads alive: running, or answering after their command
         self._stop = threading.Event()       # SIGTERM/SIGINT: no new claims
         self._hard = threading.Event()       # second signal or a refused key: kill now
@@ -55,12 +57,17 @@ class Runner:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        poller = threading.Thread(target=self._poll, name="queuelog-poller", daemon=True)
-        poller.start()
+        # Two pollers: while one claim is in flight, slots freed meanwhile can be claimed by
+        # the other. An idle runner has one long poll open: the first reserves every slot.
+        pollers = [threading.Thread(target=self._poll, name=f"queuelog-poller-{n}",
+                                    daemon=True) for n in range(min(2, self.concurrency))]
+        for poller in pollers:
+            poller.start()
         with self._state:
             # Once stopped and idle, an open long poll is abandoned rather than waited for
             # (up to 30 s): an idle worker stops at once.
-            while self._jobs or not (self._stop.is_set() or not poller.is_alive()):
+            while self._jobs or not (self._stop.is_set()
+                                     or not any(p.is_alive() for p in pollers)):
                 if self._hard.is_set() and time.monotonic() >= self._hard_end:
                     break  # answers that cannot land now are given up
                 # Short waits: signal handlers run in this thread between them.
@@ -114,14 +121,18 @@ class Runner:
         except Exception as exc:  # a bug, or a URL that is not a queuelog server's
             self.give_up(f"stopped claiming: {type(exc).__name__}: {exc}", kill=False)
 
+    def _free(self) -> int:
+        return self.concurrency - self._active - self._reserved
+
     def _poll_loop(self) -> None:
         tries = 0
         while not self._stop.is_set():
             with self._state:
-                while self._active >= self.concurrency and not self._stop.is_set():
+                while self._free() <= 0 and not self._stop.is_set():
                     self._state.wait()
                 self._gather()
-                free = self.concurrency - self._active
+                free = self._free()
+                self._reserved += free
             if self._stop.is_set():
                 return
             started = time.monotonic()
@@ -140,9 +151,19 @@ class Runner:
             except Unreachable as exc:
                 tries = self._pause(tries, str(exc), None)
                 continue
-            if tries:
-                self.log("the server answers again")
-                tries = 0
+            else:
+                with self._state:  # the claimed jobs take their slots before the rest is freed
+                    self._active += len(jobs)
+                    self._jobs += len(jobs)
+            finally:
+                with self._state:
+                    self._reserved -= free
+                    self._state.notify_all()
+            tries = 0
+            with self._state:
+                if self._outage:
+                    self._outage = False
+                    self.log("the server answers again")
             for job in jobs:
                 self._start(job)
             if not jobs and time.monotonic() - started < POLL_WAIT / 2:
@@ -157,7 +178,7 @@ class Runner:
         if not self._batch_claims:
             return
         until = time.monotonic() + CLAIM_GATHER_SECONDS
-        while self._active and self.concurrency - self._active < (self.concurrency + 1) // 2:
+        while self._active and self._free() < (self.concurrency + 1) // 2:
             left = until - time.monotonic()
             if left <= 0 or self._stop.is_set():
                 return
@@ -177,17 +198,17 @@ class Runner:
         return [job] if job else []  # type: ignore[list-item]
 
     def _pause(self, tries: int, why: str, retry_after: float | None) -> int:
-        if tries == 0:
-            self.log(f"cannot claim, retrying with backoff: {why}")
+        with self._state:
+            if not self._outage:
+                self._outage = True
+                self.log(f"cannot claim, retrying with backoff: {why}")
         delay = max(backoff(tries, first=0.5, cap=CLAIM_BACKOFF_CAP),
                     min(retry_after or 0, CLAIM_BACKOFF_CAP))
         self._stop.wait(delay)
         return tries + 1
 
     def _start(self, job: dict[str, Any]) -> None:
-        with self._state:
-            self._active += 1
-            self._jobs += 1
+        # Its slot is already counted (in _active and _jobs) by the claim that got it.
         threading.Thread(target=self._job_thread, args=(job,), daemon=True,
                          name=f"queuelog-job-{job['id']}").start()
 

@@ -272,3 +272,30 @@ def test_one_connection_is_kept_open_and_timeouts_hold():
 def test_an_unreachable_server_is_unreachable():
     with Client(f"http://127.0.0.1:{free_port()}", "ql_x") as c, pytest.raises(Unreachable):
         c.claim()
+
+
+@pytest.fixture
+def batch_routes(app: Any) -> None:
+    """Skip where the server has no batch routes (a tree without POST /jobs/batch)."""
+    if not any(rule.rule == "/jobs/batch" for rule in app.url_map.iter_rules()):
+        pytest.skip("this tree has no batch routes yet")
+
+
+def test_batches_enqueue_claim_complete_and_fail(connect, producer, worker, batch_routes):
+    p, w = connect(producer), connect(worker)
+    jobs = p.enqueue_many([{"type": "email", "payload": {"n": n}} for n in range(5)])
+    assert [j["payload"]["n"] for j in jobs] == list(range(5))
+    assert [j["id"] for j in jobs] == sorted(j["id"] for j in jobs)
+    got = w.claim(["email"], max_jobs=3)
+    assert isinstance(got, list) and [j["id"] for j in got] == [j["id"] for j in jobs[:3]]
+    rest = w.claim(max_jobs=10)
+    assert [j["id"] for j in rest] == [j["id"] for j in jobs[3:]]
+    assert w.claim(max_jobs=2) == []
+    done = w.complete_many([{"id": j["id"], "attempt": j["attempt"], "result": {"ok": 1}}
+                            for j in got])
+    assert [(r["id"], r["status"], r["job_status"]) for r in done] == [
+        (j["id"], 200, "completed") for j in got]
+    failed = w.fail_many([{"id": j["id"], "attempt": j["attempt"], "error": "x"} for j in rest]
+                         + [{"id": got[0]["id"], "attempt": 1, "error": "late"}])
+    assert [r["status"] for r in failed] == [200, 200, 409]
+    assert failed[-1]["type"].endswith("wrong-state")

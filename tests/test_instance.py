@@ -10,7 +10,6 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import pytest
 
 from queuelog import create_app
 from queuelog.instance import protect, sqlite_path

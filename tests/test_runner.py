@@ -355,8 +355,11 @@ sh -c 'cat /proc/$$/environ' > {dump}.child
 
 
 def test_concurrency_8_over_500_jobs_runs_no_job_twice(live, work, jtype, tmp_path):
-    seen = tmp_path / "seen"
-    handler = script(tmp_path, "record.sh", f"echo $QUEUELOG_JOB_ID >> {seen}\n")
+    seen, events = tmp_path / "seen", tmp_path / "events"
+    handler = script(tmp_path, "record.sh", f"""echo + >> {events}
+echo $QUEUELOG_JOB_ID >> {seen}
+echo - >> {events}
+""")
     for n in range(500):  # TODO: enqueue_many once the batch route is in main
         live.producer.enqueue(jtype, {"n": n})
     w = work("--types", jtype, "--concurrency", "8", "--", handler)
@@ -369,6 +372,11 @@ def test_concurrency_8_over_500_jobs_runs_no_job_twice(live, work, jtype, tmp_pa
     assert w.wait() == 0
     ids = seen.read_text().split()
     assert len(ids) == len(set(ids)) == 500
+    running = peak = 0
+    for event in events.read_text().split():  # appends of a few bytes do not interleave
+        running += 1 if event == "+" else -1
+        peak = max(peak, running)
+    assert 1 <= peak <= 8  # never more commands at once than --concurrency
     completed = list(live.admin.list(type=jtype, status="completed", limit=200))
     assert len(completed) == 500 and {j["attempt"] for j in completed} == {1}
 

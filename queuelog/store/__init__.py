@@ -13,7 +13,7 @@ from ..config import ConfigError
 from .accounts import Accounts, ApiKey, User, hash_token
 from .admin import Admin, TypeSummary
 from .audit import Audit, Event
-from .engine import create_schema, make_engine, system_clock
+from .engine import create_schema, make_engine, system_clock, upgrade_on_start
 from .queue import NewJob, Queue
 from .reads import ALL, Page, Reads, Scope
 from .stats import Series, Stats
@@ -76,7 +76,10 @@ def init_app(app: Flask) -> Store:
     except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
         raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
     try:
-        store.create_schema()
+        if upgrade_on_start():
+            store.create_schema()
+        else:
+            store.ping()  # ``queuelog db``: the command reads or upgrades the schema itself
     except OperationalError as exc:
         store.close()
         raise ConfigError(f"DATABASE_URL {_shown(url)}: the database does not answer: "

@@ -1,8 +1,10 @@
 """Engine set-up: the one place that knows SQLite from PostgreSQL at connect time."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
@@ -74,26 +76,28 @@ def writer(engine: Engine) -> Engine:
     return engine
 
 
-# PostgreSQL: every job is updated two to four times (claim, complete or fail, take-back),
-# so ``jobs`` and its partial claim index collect dead tuples fast, and a claim walks over
-# them until a vacuum. Autovacuum's default waits for 20% of the table to be dead (200k rows
-# at a million jobs): vacuum at 1% (plus 1,000 rows) without the cost delay, and leave 20%
-# of each page free so an updated row can stay on its page. (To become a migration.)
-PG_JOBS_STORAGE = ("ALTER TABLE jobs SET (fillfactor = 80, autovacuum_vacuum_scale_factor = "
-                   "0.01, autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_cost_delay = 0, "
-                   "autovacuum_analyze_scale_factor = 0.02)")
-_PG_JOBS_OPTIONS = {"fillfactor=80", "autovacuum_vacuum_scale_factor=0.01",
-                    "autovacuum_vacuum_threshold=1000", "autovacuum_vacuum_cost_delay=0",
-                    "autovacuum_analyze_scale_factor=0.02"}
+# ``queuelog db current`` must show the revision as it is, so the ``db`` commands load the
+# app without the upgrade every start does (``db upgrade`` then runs it and reports it).
+_START_UPGRADE_DEFERRED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "queuelog_start_upgrade_deferred", default=False)
+
+
+@contextlib.contextmanager
+def start_upgrade_deferred() -> Iterator[None]:
+    """Within this block, an app being created does not upgrade the schema."""
+    token = _START_UPGRADE_DEFERRED.set(True)
+    try:
+        yield
+    finally:
+        _START_UPGRADE_DEFERRED.reset(token)
+
+
+def upgrade_on_start() -> bool:
+    """Whether creating an app now upgrades the schema (always, but in ``queuelog db``)."""
+    return not _START_UPGRADE_DEFERRED.get()
 
 
 def create_schema(engine: Engine) -> None:
     """Create or upgrade the schema to the newest revision (safe from several processes)."""
     from .migrate import upgrade  # Alembic loads only where the schema is touched
     upgrade(engine)
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            options = conn.exec_driver_sql(
-                "SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass").scalar()
-            if not _PG_JOBS_OPTIONS <= set(options or ()):
-                conn.exec_driver_sql(PG_JOBS_STORAGE)  # takes no lock that blocks reads or writes

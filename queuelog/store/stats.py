@@ -5,6 +5,10 @@ Both stay cheap at any table size. Counts stop at a cap (``COUNT_CAP``, shown as
 table; we keep no counter rows, because a row every claim updates would serialize
 claims on PostgreSQL. The chart reads one hour of ``job_attempts.finished_at``
 (index ``ix_attempts_finished``), so it costs the last hour's throughput, not history.
+
+Also the /metrics gauges (``gauges``) and purge's ``--dry-run`` count. The gauges' job
+counts are exact, so they read the whole ``(status, type, id)`` index (no rows); the other
+gauges read index ranges that do not grow with history.
 """
 from __future__ import annotations
 
