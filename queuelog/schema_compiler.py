@@ -108,7 +108,7 @@ class _Compiler:
         parts = [step for step in (self._object(schema), self._array(schema), self._not(schema))
                  if step is not None]
         leaf = "properties" not in schema and "items" not in schema
-        oor, holds = self.oor, _holds
+        oor = self.oor
 
         def check(value: Any, path: str, errors: Errors) -> Any:
             # A number no double holds is well-formed JSON, so a 422 at its field.
@@ -286,7 +286,8 @@ class _Compiler:
 _ANY = ("integer", "number", "string", "boolean", "object", "array", "null")
 
 
-def _holds(value: Any, marker: Any) -> bool:
+def holds(value: Any, marker: Any) -> bool:
+    """Whether ``marker`` (by identity) is anywhere inside ``value``'s dicts and lists."""
     stack = [value]
     while stack:
         node = stack.pop()

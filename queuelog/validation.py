@@ -13,7 +13,7 @@ from werkzeug.routing import BaseConverter, ValidationError
 
 from .errors import MalformedRequest, UnsupportedMediaType, ValidationFailed
 from .jobs import from_datetime
-from .schema_compiler import Check, compile_schema
+from .schema_compiler import Check, compile_schema, holds
 from .schemas import MAX_JOB_ID, PATTERN_DETAILS, bodies
 
 MAX_DEPTH = 64
@@ -74,19 +74,6 @@ def _int(literal: str) -> Any:
         return OUT_OF_RANGE
 
 
-def _holds_out_of_range(value: Any) -> bool:
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if node is OUT_OF_RANGE:
-            return True
-        if isinstance(node, dict):
-            stack.extend(node.values())
-        elif isinstance(node, list):
-            stack.extend(node)
-    return False
-
-
 def parse_json(raw: bytes) -> Any:
     """Decode strict RFC 8259 JSON: no NaN/Infinity, valid UTF-8, no lone surrogates."""
     try:
@@ -141,10 +128,8 @@ def json_body() -> dict[str, Any]:
     body = _object_body()
     errors = [{"field": name, "detail": "Holds a number out of range (no double or integer "
                                         "can hold it)."}
-              for name, value in body.items() if _holds_out_of_range(value)]
-    if errors:
-        raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in errors),
-                               errors=errors)
+              for name, value in body.items() if holds(value, OUT_OF_RANGE)]
+    field_errors(errors)
     return body
 
 
@@ -261,9 +246,7 @@ class Fields:
 
     def check(self) -> None:
         """Raise ValidationFailed (422) if any error was recorded."""
-        if self.errors:
-            raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in self.errors),
-                                   errors=self.errors)
+        field_errors(self.errors)
 
     def integer(self, name: str, lo: int, hi: int, default: Any = _MISSING) -> Any:
         """An integer (not a bool; 3.0 counts, as in JSON Schema) within [lo, hi]."""

@@ -7,9 +7,9 @@ from flask import Blueprint, request
 
 from .. import actions
 from ..auth import current_user, require
-from ..errors import ValidationFailed
 from ..jobs import isoformat
 from ..store import Event
+from ..validation import field_errors
 from .read import _int_arg, decode_cursor, encode_cursor
 
 bp = Blueprint("audit", __name__)
@@ -36,9 +36,7 @@ def list_events() -> Any:
         errors.append({"field": "actor", "detail": "Must be 1 to 100 characters, no NUL."})
     limit = _int_arg(args, "limit", 1, 200, 50, errors)
     before = decode_cursor(args["cursor"], errors) if "cursor" in args else None
-    if errors:
-        raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in errors),
-                               errors=errors)
+    field_errors(errors)
     events, older = actions.audit_events(current_user(), action=action, actor=actor,
                                          limit=limit, before=before)
     return {"events": [event_json(e) for e in events],

@@ -8,9 +8,10 @@ from typing import Any
 from flask import Blueprint, current_app, request
 
 from ..auth import READERS, current_user, require
-from ..errors import ValidationFailed, unavailable
+from ..errors import unavailable
 from ..jobs import Priority, Status
 from ..store import get_store
+from ..validation import field_errors
 from . import job_json, scope_of
 
 bp = Blueprint("read", __name__)
@@ -32,9 +33,7 @@ def list_jobs() -> Any:
         errors.append({"field": "type", "detail": "Must be 1 to 100 characters, no NUL."})
     limit = _int_arg(args, "limit", 1, 200, 50, errors)
     before = decode_cursor(args["cursor"], errors) if "cursor" in args else None
-    if errors:
-        raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in errors),
-                               errors=errors)
+    field_errors(errors)
     page = get_store().list_jobs(scope=scope_of(current_user()), status=status, type=job_type,
                                  priority=priority, limit=limit, before=before)
     return {"jobs": [job_json(j) for j in page.jobs],
