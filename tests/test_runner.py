@@ -360,8 +360,7 @@ def test_concurrency_8_over_500_jobs_runs_no_job_twice(live, work, jtype, tmp_pa
 echo $QUEUELOG_JOB_ID >> {seen}
 echo - >> {events}
 """)
-    for n in range(500):  # TODO: enqueue_many once the batch route is in main
-        live.producer.enqueue(jtype, {"n": n})
+    live.producer.enqueue_many([{"type": jtype, "payload": {"n": n}} for n in range(500)])
     w = work("--types", jtype, "--concurrency", "8", "--", handler)
 
     def all_done() -> bool:
@@ -452,7 +451,8 @@ def test_a_complete_whose_answer_was_lost_is_found_in_the_history(live, work, jt
         w = work("--types", jtype, "--", "true",
                  env={"QUEUELOG_URL": f"http://127.0.0.1:{proxy.server_address[1]}"})
         wait_for(lambda: "outcome=" in w.log(), what="the log line")
-        assert proxy.dropped == [f"/jobs/{job['id']}/complete"]
+        # The batch route (or the single one, on a server without batches).
+        assert proxy.dropped in (["/jobs/complete"], [f"/jobs/{job['id']}/complete"])
         assert f"job={job['id']} type={jtype} attempt=1 outcome=completed" in w.log()
         done = live.admin.get(job["id"])
         assert done["status"] == "completed"
