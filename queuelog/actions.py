@@ -1,7 +1,8 @@
 """The service layer: one verb per thing a person or program can do.
 
 Each verb authorizes, calls the store with the actor (the store writes the audit event in
-the change's own transaction), and wakes long polls when jobs may have become due. The
+the change's own transaction), wakes long polls when jobs may have become due, and counts
+its events for the metrics (so the single and the batch routes count alike). The
 API, the dashboard and the command line all call these, so a rule is written once: who
 may retry or cancel what, that error text is for admins only, that admin changes are
 audited. The command line acts as ``cli``.
@@ -9,12 +10,14 @@ audited. The command line acts as ``cli``.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any, Sequence
 
+from . import metrics
 from .auth import Principal
-from .errors import Forbidden, JobNotFound
+from .errors import Forbidden, JobNotFound, QueuelogError
 from .jobs import Job, Status
-from .store import ALL, ApiKey, Event, Scope, TypeSummary, get_store
+from .store import ALL, ApiKey, Event, NewJob, Scope, TypeSummary, get_store
 from .store.audit import ACTIONS
 
 AUDIT_ACTIONS = ACTIONS     # the audit log's action names, for the views that filter on them
@@ -57,6 +60,82 @@ def job_view(job: Job, who: Principal) -> dict[str, Any]:
     return visible(job, who).to_dict(
         show_error=who.is_admin,
         show_key=who.is_admin or (who.role == "producer" and job.producer == who.name))
+
+
+# -- the queue's hot path: producers and workers -------------------------------------------
+# The views have checked the body and the key's limits (types, priority: 403 per field).
+def enqueue(new: NewJob) -> tuple[Job, bool]:
+    """Add a job; return it and whether it is new (False: an idempotent replay)."""
+    job, created = get_store().enqueue(new)
+    if created:  # a replay is no new job: no wake-up, no count
+        _wake()
+        metrics.jobs_enqueued(job.type)
+    return job, created
+
+
+def enqueue_many(news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
+    """Add many jobs, all or nothing; return them and the indexes of idempotent replays."""
+    jobs, replayed = get_store().enqueue_many(news)
+    skip = set(replayed)
+    fresh = Counter(job.type for i, job in enumerate(jobs) if i not in skip)
+    if fresh:
+        _wake()
+    for job_type, n in fresh.items():
+        metrics.jobs_enqueued(job_type, n)
+    return jobs, replayed
+
+
+def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
+          types: Sequence[str] | None = None) -> list[Job]:
+    """Claim up to ``max_jobs`` due jobs now (the long poll calls this until one is due)."""
+    return get_store().claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
+
+
+def heartbeat(who: Principal, job_id: int, attempt: int, *,
+              lease_seconds: float | None = None) -> Job:
+    """Extend the lease of a job ``who`` holds at this attempt."""
+    return get_store().heartbeat(job_id, who.name, attempt, lease_seconds=lease_seconds)
+
+
+def complete(who: Principal, job_id: int, attempt: int, result_json: str | None) -> Job:
+    """Complete a held attempt (counted as ``completed``)."""
+    job = get_store().complete(job_id, who.name, attempt, result_json)
+    _finished([job], "completed")
+    return job
+
+
+def complete_many(who: Principal, items: Sequence[tuple[int, int, str | None]],
+                  ) -> list[Job | QueuelogError]:
+    """Complete many held attempts; each item a job or its refusal (only jobs count)."""
+    done = get_store().complete_many(who.name, items)
+    _finished(done, "completed")
+    return done
+
+
+def fail(who: Principal, job_id: int, attempt: int, error: str, *, retry: bool = True,
+         retry_in: float | None = None) -> Job:
+    """Fail a held attempt: back to pending after backoff, or failed for good."""
+    job = get_store().fail(job_id, who.name, attempt, error, retry=retry, retry_in=retry_in)
+    _finished([job], "failed")
+    return job
+
+
+def fail_many(who: Principal, items: Sequence[tuple[int, int, str, bool, float | None]],
+              ) -> list[Job | QueuelogError]:
+    """Fail many held attempts; each item a job or its refusal (only jobs count)."""
+    done = get_store().fail_many(who.name, items)
+    _finished(done, "failed")
+    return done
+
+
+def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
+    """Count the attempts that ended (a retried fail is a ``failed`` attempt too), and
+    wake long polls if one went back to pending: it is due once its backoff is over."""
+    jobs = [got for got in done if isinstance(got, Job)]
+    for job in jobs:
+        metrics.attempt_finished(job.type, outcome)
+    if any(job.status is Status.PENDING for job in jobs):
+        _wake()
 
 
 # -- jobs -------------------------------------------------------------------------------

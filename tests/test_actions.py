@@ -9,6 +9,7 @@ import pytest
 from queuelog import actions
 from queuelog.auth import Principal
 from queuelog.errors import Forbidden, JobNotFound
+from queuelog.jobs import Job
 from queuelog.store import NewJob, Store
 
 ADMIN = Principal("ada", "admin", "user", None, 30)
@@ -93,4 +94,22 @@ def test_retry_wakes_long_polls(ctx: Any, store: Store) -> None:
     actions.cancel(ADMIN, job_id)
     before = wakeup.count
     actions.retry(ADMIN, job_id)
+    assert wakeup.count > before
+
+
+def test_a_fail_wakes_long_polls_only_when_the_job_goes_back_to_pending(ctx: Any,
+                                                                        store: Store) -> None:
+    wakeup = ctx.extensions["queuelog.longpoll"].bell
+    news = [NewJob("billing", "email", "{}", 0, 1) for _ in range(3)]
+    jobs, replayed = actions.enqueue_many(news)
+    assert replayed == [] and len(actions.claim(WORKER, 3)) == 3
+    before = wakeup.count
+    actions.fail(WORKER, jobs[0].id, 1, "x", retry=False)  # failed for good: none due
+    assert wakeup.count == before
+    actions.fail(WORKER, jobs[1].id, 1, "x", retry_in=0)  # pending again: due now
+    assert wakeup.count > before
+    before = wakeup.count
+    done = actions.fail_many(WORKER, [(jobs[2].id, 1, "x", True, 0),
+                                      (jobs[0].id, 1, "x", True, 0)])  # the second: 409
+    assert isinstance(done[0], Job) and not isinstance(done[1], Job)
     assert wakeup.count > before

@@ -125,6 +125,51 @@ def test_counters_count_events_not_replays(client, producer, worker, admin):
             (("outcome", "lease_expired"), ("type", "pdf"))) in after
 
 
+def change(before: Samples, after: Samples, name: str, **labels: str) -> float:
+    """How much one series moved between two scrapes."""
+    return value(after, name, **labels) - value(before, name, **labels)
+
+
+def test_a_batch_enqueue_counts_its_new_jobs_per_type_not_its_replays(client, producer,
+                                                                      admin):
+    post(client, "/jobs/batch", producer, jobs=[{"type": "email", "idempotency_key": "k"}])
+    before = scrape(client, admin)
+    resp = post(client, "/jobs/batch", producer, jobs=[
+        {"type": "email", "idempotency_key": "k"},  # a replay of the first batch's job
+        {"type": "email"}, {"type": "pdf"}, {"type": "pdf"}, {"type": "pdf"}])
+    assert resp.status_code == 201 and resp.json["replayed"] == [0]
+    after = scrape(client, admin)
+    enqueued = "queuelog_jobs_enqueued_total"
+    assert change(before, after, enqueued, type="email") == 1
+    assert change(before, after, enqueued, type="pdf") == 3
+    assert change(before, after, enqueued, type="sync") == 0
+
+
+def test_a_batch_complete_or_fail_counts_only_the_attempts_it_ended(client, admin, worker):
+    post(client, "/jobs/batch", admin, jobs=[{"type": "email", "max_retries": 1}] * 3
+         + [{"type": "pdf", "max_retries": 1}] * 3)
+    held = post(client, "/jobs/claim", worker, max_jobs=6).json["jobs"]
+    mails = [j for j in held if j["type"] == "email"]
+    pdfs = [j for j in held if j["type"] == "pdf"]
+    before = scrape(client, admin)
+    done = post(client, "/jobs/complete", worker, jobs=[
+        {"id": mails[0]["id"], "attempt": 1}, {"id": mails[1]["id"], "attempt": 1},
+        {"id": mails[2]["id"], "attempt": 2}]).json["results"]  # stale attempt: 409
+    assert [r["status"] for r in done] == [200, 200, 409]
+    failed = post(client, "/jobs/fail", worker, jobs=[
+        {"id": pdfs[0]["id"], "attempt": 1, "error": "x"},  # retried: back to pending
+        {"id": pdfs[1]["id"], "attempt": 1, "error": "x", "retry": False},
+        {"id": pdfs[2]["id"], "attempt": 2, "error": "x"}]).json["results"]  # 409
+    assert [r["status"] for r in failed] == [200, 200, 409]
+    assert [r.get("job_status") for r in failed[:2]] == ["pending", "failed"]
+    after = scrape(client, admin)
+    attempts = "queuelog_attempts_finished_total"
+    assert change(before, after, attempts, type="email", outcome="completed") == 2
+    assert change(before, after, attempts, type="pdf", outcome="failed") == 2
+    for job_type, outcome in (("email", "failed"), ("pdf", "completed")):
+        assert change(before, after, attempts, type=job_type, outcome=outcome) == 0
+
+
 def test_request_histogram_labels_the_url_rule_never_an_id(client, producer, admin):
     job = post(client, "/jobs", producer, type="email").json
     client.get(f"/jobs/{job['id']}", headers=producer)

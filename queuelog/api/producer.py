@@ -7,14 +7,14 @@ from typing import Any
 
 from flask import Blueprint, current_app, request, url_for
 
-from .. import actions, metrics
+from .. import actions
 from ..auth import Principal, current_user, require
 from ..errors import Forbidden, ValidationFailed
 from ..jobs import Priority
 from ..schemas import MAX_DELAY_SECONDS  # noqa: F401  (re-exported: its old home)
-from ..store import NewJob, get_store
+from ..store import NewJob
 from ..validation import body, compact, field_errors, given, idempotency_header, timestamp_us
-from . import job_json, notify
+from . import job_json
 
 bp = Blueprint("producer", __name__)
 
@@ -37,11 +37,9 @@ def enqueue() -> Any:
     field_errors(errors)
     if refusals:
         raise Forbidden(refusals[0]["detail"])
-    job, created = get_store().enqueue(new)
+    job, created = actions.enqueue(new)
     location = {"Location": url_for("read.get_job", job_id=job.id)}
     if created:
-        notify()
-        metrics.jobs_enqueued(job.type)
         return job_json(job), 201, location
     return job_json(job), 200, {"Idempotent-Replayed": "true", **location}
 
@@ -75,13 +73,8 @@ def enqueue_batch() -> Any:
     if refusals:
         raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in refusals),
                         errors=refusals)
-    jobs, replayed = get_store().enqueue_many([n for n in news if n is not None])
+    jobs, replayed = actions.enqueue_many([n for n in news if n is not None])
     created = len(replayed) < len(jobs)
-    if created:
-        notify()
-        fresh = set(range(len(jobs))) - set(replayed)
-        for job_type in {jobs[i].type for i in fresh}:
-            metrics.jobs_enqueued(job_type, sum(1 for i in fresh if jobs[i].type == job_type))
     return {"jobs": [job_json(j) for j in jobs], "replayed": replayed}, 201 if created else 200
 
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from flask import Blueprint, current_app, request
 
-from .. import metrics
-from ..auth import current_user, require
+from .. import actions
+from ..auth import Principal, current_user, require
 from ..errors import Forbidden, QueuelogError
 from ..jobs import Job
 from ..longpoll import Outcome, long_polls
@@ -40,7 +40,7 @@ def claim() -> Any:
     if types is None:
         types = list(who.types) if who.types is not None else None
     max_jobs = given(data, "max_jobs")
-    outcome = _claim_waiting(who.name, types, given(data, "lease_seconds"),
+    outcome = _claim_waiting(who, types, given(data, "lease_seconds"),
                              given(data, "wait", 0), max_jobs or 1)
     headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
     if max_jobs is not None:
@@ -50,20 +50,20 @@ def claim() -> Any:
     return job_json(outcome.jobs[0])
 
 
-def _claim_waiting(worker: str, types: list[str] | None, lease: float | None,
+def _claim_waiting(who: Principal, types: list[str] | None, lease: float | None,
                    wait: float, max_jobs: int = 1) -> Outcome[Job]:
     """Claim now; if nothing is due, look again until ``wait`` runs out (``longpoll``)."""
-    store = get_store()
+    accounts = get_store().accounts
     token = _bearer_token()
 
     def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        return store.claim_many(worker, max_jobs, lease_seconds=lease, types=types)
+        return actions.claim(who, max_jobs, lease_seconds=lease, types=types)
 
     def still_wanted() -> bool:
         # A key revoked while its claim waits must not get a job it could never complete,
         # nor a client that went away (a stopped worker): nobody would receive the job.
-        return not client_gone() and store.accounts.key_for_token(token) is not None
+        return not client_gone() and accounts.key_for_token(token) is not None
 
     return long_polls().claim(try_claim, wait, still_wanted)
 
@@ -78,8 +78,8 @@ def _bearer_token() -> str:
 def heartbeat(job_id: int) -> Any:
     """Extend the lease of a job the caller holds."""
     data = body("HeartbeatRequest")
-    return job_json(get_store().heartbeat(job_id, current_user().name, data["attempt"],
-                                          lease_seconds=given(data, "lease_seconds")))
+    return job_json(actions.heartbeat(current_user(), job_id, data["attempt"],
+                                      lease_seconds=given(data, "lease_seconds")))
 
 
 @bp.post(f"/jobs/{JOB_ID}/complete")
@@ -90,9 +90,7 @@ def complete(job_id: int) -> Any:
     data = body("CompleteRequest", errors)
     result_json = _result_json(data, "result", errors)
     field_errors(errors)
-    job = get_store().complete(job_id, current_user().name, data["attempt"], result_json)
-    metrics.attempt_finished(job.type, "completed")
-    return job_json(job)
+    return job_json(actions.complete(current_user(), job_id, data["attempt"], result_json))
 
 
 @bp.post(f"/jobs/{JOB_ID}/fail")
@@ -100,10 +98,9 @@ def complete(job_id: int) -> Any:
 def fail(job_id: int) -> Any:
     """Fail a held attempt: retried after backoff, or failed for good."""
     data = body("FailRequest")
-    job = get_store().fail(job_id, current_user().name, data["attempt"], _clean_error(data),
-                           retry=given(data, "retry", True), retry_in=given(data, "retry_in"))
-    metrics.attempt_finished(job.type, "failed")
-    return job_json(job)
+    return job_json(actions.fail(current_user(), job_id, data["attempt"], _clean_error(data),
+                                 retry=given(data, "retry", True),
+                                 retry_in=given(data, "retry_in")))
 
 
 @bp.post("/jobs/complete")
@@ -115,9 +112,8 @@ def complete_batch() -> Any:
     items = _items(data, errors)
     results = [_result_json(item, f"jobs[{i}].result", errors) for i, item in enumerate(items)]
     field_errors(errors)
-    done = get_store().complete_many(current_user().name, [
+    done = actions.complete_many(current_user(), [
         (item["id"], item["attempt"], result) for item, result in zip(items, results)])
-    _count(done, "completed")
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
 
@@ -128,10 +124,9 @@ def fail_batch() -> Any:
     errors: Errors = []
     items = _items(body("FailBatch", errors), errors)
     field_errors(errors)
-    done = get_store().fail_many(current_user().name, [
+    done = actions.fail_many(current_user(), [
         (item["id"], item["attempt"], _clean_error(item), given(item, "retry", True),
          given(item, "retry_in")) for item in items])
-    _count(done, "failed")
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
 
@@ -167,13 +162,6 @@ def _result_json(data: dict[str, Any], field: str, errors: Errors) -> str | None
 def _clean_error(data: dict[str, Any]) -> str:
     """The worker's error text, sanitized and cut before it is stored (V-10)."""
     return sanitize_error(given(data, "error", ""), current_app.config["MAX_ERROR_BYTES"])
-
-
-def _count(done: list[Job | QueuelogError], outcome: str) -> None:
-    """Count the attempts a batch finished (metrics)."""
-    for got in done:
-        if isinstance(got, Job):
-            metrics.attempt_finished(got.type, outcome)
 
 
 def _outcome(job_id: int, got: Job | QueuelogError) -> dict[str, Any]:
