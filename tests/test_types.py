@@ -137,3 +137,15 @@ def test_pause_errors(client: Any, store: Store, admin: dict[str, str],
     problem(client.post("/types/email/pause", data="x", headers=ada), 415)
     assert store.paused() == {}
     assert client.post("/types/email/pause", json={}, headers=ada).status_code == 200
+
+
+def test_a_batch_claim_skips_a_paused_type_too(client: Any, store: Store,
+                                               admin: dict[str, str],
+                                               worker: dict[str, str]) -> None:
+    paused = [add(store, "email") for _ in range(3)]
+    running = [add(store, "pdf") for _ in range(2)]
+    assert client.post("/types/email/pause", headers=admin).status_code == 200
+    got = client.post("/jobs/claim", json={"max_jobs": 10}, headers=worker)
+    assert got.status_code == 200
+    assert sorted(j["id"] for j in got.get_json()["jobs"]) == running
+    assert [store.get(i).status.value for i in paused] == ["pending"] * 3
