@@ -101,10 +101,14 @@ def _verify_password(username: str, password: str) -> Principal | None:
     if not username or not password:
         return None
     # Throttled first: a pair over its limit gets no password check at all (contract).
+    # Read from the database even for a cached password, since the failures may have come
+    # in through another worker since it was cached (the pair must get 429 all the same).
     throttle: SignInThrottle = current_app.extensions["queuelog.sign_in_throttle"]
     store = get_store()
     address = request.remote_addr or ""
-    wait = throttle.retry_after(username, address, store.clock())
+    now = store.clock()
+    recent = throttle.recent(store.sign_ins, username, address, now)
+    wait = throttle.retry_after(recent, now)
     if wait:
         raise TooManyRequests(f"Too many failed sign-ins for {username!r} from this address; "
                               f"try again in {wait} s.", headers={"Retry-After": str(wait)})
@@ -118,9 +122,9 @@ def _verify_password(username: str, password: str) -> Principal | None:
     # be probed.
     matches = _check_password(user.password_hash if user else _dummy_hash(), password)
     if user is None or not matches:
-        throttle.failed(username, address, store.clock())
+        throttle.failed(store.sign_ins, username, address, store.clock())
         return None
-    throttle.succeeded(username, address)
+    throttle.succeeded(store.sign_ins, username, address, recent)
     principal = Principal(user.username, user.role, "user", None, 30)
     cache.put(key, principal)
     return principal

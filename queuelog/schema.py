@@ -125,3 +125,18 @@ paused_types = Table(
     Column("paused_at", BigInteger, nullable=False),
     Column("paused_by", String(100), nullable=False),
 )
+
+# Failed Basic sign-ins, one row each, for the throttle (CONTRACT "Who is who"). In the
+# database so that every worker process and app server counts the same failures; rows older
+# than the throttle's minute are deleted as new failures come in, so the table stays small.
+signin_failures = Table(
+    "signin_failures", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("username", String(255), nullable=False),
+    Column("address", String(255), nullable=False),
+    Column("at", BigInteger, nullable=False),
+)
+Index("ix_signin_failures_pair_at", signin_failures.c.username, signin_failures.c.address,
+      signin_failures.c.at)
+Index("ix_signin_failures_at", signin_failures.c.at)  # the bounded sweep of expired rows

@@ -1,57 +1,48 @@
 """Password guessing, bounded: failed sign-ins per (username, address), and hash slots.
 
-Both live in the process (each gunicorn worker keeps its own): cheap, with nothing to share,
-at the price that N workers allow up to N x the limit, and a restart forgets. The README says so.
+The failures are counted in the database (``store.SignIns``), so the limit holds across every
+gunicorn worker and every app server, and survives a restart. The hash slots bound one
+process's CPU, so they live in the process.
 """
 from __future__ import annotations
 
-import collections
 import threading
+
+from .store import SignIns
 
 FAILURES = 10                 # failed sign-ins allowed per pair ...
 WINDOW_US = 60_000_000        # ... within this sliding minute
-MAX_PAIRS = 100_000           # pairs remembered at once; beyond, the stalest are forgotten
 
 
 class SignInThrottle:
     """Counts failed sign-ins per (username, client address) over a sliding minute."""
 
-    def __init__(self, failures: int = FAILURES, window_us: int = WINDOW_US,
-                 max_pairs: int = MAX_PAIRS) -> None:
+    def __init__(self, failures: int = FAILURES, window_us: int = WINDOW_US) -> None:
         self.failures = failures
         self.window_us = window_us
-        self.max_pairs = max_pairs
-        # pair -> times of its latest failures (at most ``failures``), oldest first; the
-        # dict's order is least recently failed first, so eviction drops the stalest pair.
-        self._seen: collections.OrderedDict[tuple[str, str], collections.deque[int]] = \
-            collections.OrderedDict()
-        self._lock = threading.Lock()
 
-    def retry_after(self, username: str, address: str, now_us: int) -> int:
-        """Whole seconds until this pair may try again; 0 when it may now."""
-        with self._lock:
-            times = self._seen.get((username, address))
-            if times is None or len(times) < self.failures:
-                return 0
-            left = times[0] + self.window_us - now_us
+    def recent(self, sign_ins: SignIns, username: str, address: str, now_us: int) -> list[int]:
+        """The pair's failures within the window, latest first (at most ``failures``)."""
+        return sign_ins.latest(username, address, self.failures, now_us - self.window_us)
+
+    def retry_after(self, recent: list[int], now_us: int) -> int:
+        """Whole seconds until the pair with these recent failures may try again; 0 now."""
+        if len(recent) < self.failures:
+            return 0
+        # The pair is under the limit again once its ``failures``-th latest failure is
+        # older than the window (counting failures that raced in beyond the limit).
+        left = recent[self.failures - 1] + self.window_us - now_us
         return 0 if left <= 0 else -(-left // 1_000_000)  # rounded up: never too early
 
-    def failed(self, username: str, address: str, now_us: int) -> None:
-        """Record one failed sign-in of this pair."""
-        key = (username, address)
-        with self._lock:
-            times = self._seen.pop(key, None)
-            if times is None:
-                times = collections.deque(maxlen=self.failures)
-            times.append(now_us)
-            self._seen[key] = times
-            while len(self._seen) > self.max_pairs:
-                self._seen.popitem(last=False)
+    def failed(self, sign_ins: SignIns, username: str, address: str, now_us: int) -> None:
+        """Record one failed sign-in of this pair (and sweep some expired ones)."""
+        sign_ins.record(username, address, now_us, now_us - self.window_us)
 
-    def succeeded(self, username: str, address: str) -> None:
-        """A correct password clears the pair's failures."""
-        with self._lock:
-            self._seen.pop((username, address), None)
+    def succeeded(self, sign_ins: SignIns, username: str, address: str,
+                  recent: list[int]) -> None:
+        """A correct password clears the pair's failures (no write if it had none)."""
+        if recent:
+            sign_ins.clear(username, address)
 
 
 class HashSlots:

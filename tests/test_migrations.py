@@ -120,7 +120,7 @@ def test_an_empty_database_is_created_at_head(fresh_url):
         assert current(store.engine) is None
         store.create_schema()
         assert current(store.engine) == head() == HEAD
-        assert {"audit_events", "paused_types", *LEGACY_TABLES} <= set(
+        assert {"audit_events", "paused_types", "signin_failures", *LEGACY_TABLES} <= set(
             inspect(store.engine).get_table_names())
     finally:
         store.close()
@@ -186,7 +186,8 @@ def test_downgrade_and_upgrade_again(fresh_url):
     with store.engine.begin() as conn:
         command.downgrade(alembic_config(conn), "0001")
     assert current(store.engine) == "0001"
-    assert not {"audit_events", "paused_types"} & set(inspect(store.engine).get_table_names())
+    assert not {"audit_events", "paused_types", "signin_failures"} & set(
+        inspect(store.engine).get_table_names())
     store.create_schema()
     assert current(store.engine) == head()
     store.close()

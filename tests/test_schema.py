@@ -202,3 +202,17 @@ def test_metrics_gauge_values_on_the_filled_table(filled):
     assert set(gauges.oldest_due) == {"pdf"}
     assert gauges.oldest_due["pdf"] == filled.clock() - (ROWS - 50)
     assert gauges.expired == {} and gauges.paused == set()
+
+
+def test_the_sign_in_throttle_walks_its_indexes(store, clock):
+    """The throttle's read walks the (username, address, at) index in order; the sweep of
+    expired rows the ``at`` index: neither grows with the table."""
+    for n in range(200):
+        store.sign_ins.record(f"user{n % 20}", "10.0.0.1", clock() + n, 0)
+    with recorded(store) as sent:
+        store.sign_ins.latest("user1", "10.0.0.1", 10, clock() - 60_000_000)
+        store.sign_ins.record("user1", "10.0.0.1", clock(), clock() - 60_000_000)
+    statement, params = _one(sent, "SELECT")
+    assert_indexed(store, plan(store, statement, params), "ix_signin_failures_pair_at")
+    statement, params = _one(sent, "DELETE")
+    assert "ix_signin_failures_at" in plan(store, statement, params)

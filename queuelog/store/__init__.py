@@ -16,10 +16,11 @@ from .audit import Audit, Event
 from .engine import create_schema, make_engine, system_clock, upgrade_on_start
 from .queue import NewJob, Queue
 from .reads import ALL, Page, Reads, Scope
+from .signins import SignIns
 from .stats import Series, Stats
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "Store",
-           "TypeSummary", "User", "get_store", "hash_token", "init_app"]
+__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "SignIns",
+           "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
 class Store(Queue, Reads, Stats, Admin, Audit):
@@ -35,6 +36,7 @@ class Store(Queue, Reads, Stats, Admin, Audit):
                          type_leases=type_leases)
         # Accounts read the queue's clock, so a test that moves one moves both.
         self.accounts = Accounts(engine, clock=lambda: self.clock())
+        self.sign_ins = SignIns(engine)  # failed sign-ins, for the throttle (throttle.py)
         # A process forked after this point (gunicorn --preload, multiprocessing) must not
         # share the parent's pooled connections: SQLite and libpq sockets are not fork-safe.
         ref = weakref.ref(engine)
