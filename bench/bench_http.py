@@ -204,8 +204,13 @@ def fill(url: str, n: int, status: str = "pending", worker: str = "bench-worker"
 
 
 def reset(url: str) -> None:
-    """Empty queuelog's tables (PostgreSQL) so every run starts alike."""
+    """Empty queuelog's tables (PostgreSQL) so every run starts alike; a new database gets them."""
     from sqlalchemy import create_engine, text
+
+    from queuelog.store import Store
+    store = Store(url)
+    store.create_schema()
+    store.close()
     engine = create_engine(url)
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE jobs, job_attempts RESTART IDENTITY CASCADE"))
