@@ -52,7 +52,7 @@ class Wakeup(threading.Condition):
 
 
 @dataclasses.dataclass(frozen=True)
-class Outcome(Generic[T]):
+class PollResult(Generic[T]):
     """What a (maybe waiting) claim found, and whether the caller should back off."""
 
     jobs: Sequence[T]
@@ -73,7 +73,7 @@ class LongPolls:
         self._watcher_lock = threading.Lock()
 
     def claim(self, try_claim: Callable[[], Sequence[T]], wait: float,
-              still_allowed: Callable[[], bool]) -> Outcome[T]:
+              still_allowed: Callable[[], bool]) -> PollResult[T]:
         """Claim now; if nothing is due, look again until ``wait`` runs out.
 
         ``try_claim`` claims and returns what it got (a list: one job, or up to
@@ -84,11 +84,11 @@ class LongPolls:
         seen = self.bell.count
         jobs = try_claim()
         if jobs or wait <= 0 or self.stopping:
-            return Outcome(jobs)
+            return PollResult(jobs)
         # Waiting holds a server thread; past the slots, answer at once so that long polls
         # can never take every thread (and the dashboard or a complete with them).
         if self._free is None or not self._free.acquire(blocking=False):
-            return Outcome(jobs, retry_after=BUSY_RETRY_AFTER)
+            return PollResult(jobs, retry_after=BUSY_RETRY_AFTER)
         with self._count_lock:
             self.waiting += 1
         try:
@@ -100,19 +100,19 @@ class LongPolls:
             self._free.release()
 
     def _wait(self, try_claim: Callable[[], Sequence[T]], deadline: float, seen: int,
-              still_allowed: Callable[[], bool]) -> Outcome[T]:
+              still_allowed: Callable[[], bool]) -> PollResult[T]:
         pause = FIRST_PAUSE
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return Outcome(())
+                return PollResult(())
             self.bell.wait_after(seen, min(pause, remaining))
             if self.stopping or not still_allowed():
-                return Outcome(())
+                return PollResult(())
             seen = self.bell.count
             jobs = try_claim()
             if jobs:
-                return Outcome(jobs)
+                return PollResult(jobs)
             pause = min(pause * 2, MAX_PAUSE)
 
     def stop(self) -> None:

@@ -13,7 +13,7 @@ from .. import actions
 from ..auth import Principal, current_user, require
 from ..errors import Forbidden, QueuelogError
 from ..jobs import Job
-from ..longpoll import Outcome, long_polls
+from ..longpoll import PollResult, long_polls
 from ..sanitize import sanitize_error
 from ..schemas import MAX_LEASE, MAX_WAIT  # noqa: F401  (re-exported: their old home)
 from ..store import get_store
@@ -51,7 +51,7 @@ def claim() -> Any:
 
 
 def _claim_waiting(who: Principal, types: list[str] | None, lease: float | None,
-                   wait: float, max_jobs: int = 1) -> Outcome[Job]:
+                   wait: float, max_jobs: int = 1) -> PollResult[Job]:
     """Claim now; if nothing is due, look again until ``wait`` runs out (``longpoll``)."""
     accounts = get_store().accounts
     token = _bearer_token()
