@@ -23,6 +23,7 @@ from typing import Any
 from flask import Flask, Response, request
 
 from .config import ConfigError, require_number
+from .errors import is_unavailable
 from .jobs import Status
 from .store import Store
 
@@ -96,8 +97,11 @@ class Retention:
             if deleted:
                 log.info("retention: deleted %d finished job(s)", deleted)
             return deleted
-        except Exception:  # retention must never break the request it rides on
-            log.exception("retention: purge failed; will try again next interval")
+        except Exception as exc:  # retention must never break the request it rides on
+            if is_unavailable(exc):  # an outage is logged once by errors.py, not per interval
+                log.warning("retention: the database is unavailable; will try again")
+            else:
+                log.exception("retention: purge failed; will try again next interval")
             return 0
         finally:
             self._lock.release()

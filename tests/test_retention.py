@@ -276,3 +276,28 @@ def test_purge_racing_an_admin_retry_never_deletes_the_retried_job(backend, clie
         thread.join(timeout=10)
     assert outcome == {"deleted": 0}
     assert job in ids(store)
+
+
+def test_retention_during_an_outage_logs_one_line_not_a_traceback(tmp_path, clock, caplog,
+                                                                   monkeypatch):
+    """A database that is gone is errors.py's incident to report; retention adds no traceback."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    from queuelog.retention import Retention
+    app = create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3",
+                      "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
+    store = app.extensions["queuelog.store"]
+    gone = sqlite3.OperationalError("disk I/O error")
+    gone.sqlite_errorcode = sqlite3.SQLITE_IOERR  # type: ignore[attr-defined]
+
+    def purge(*_: Any, **__: Any) -> int:
+        raise OperationalError("DELETE", {}, gone)
+    monkeypatch.setattr(store, "purge", purge)
+    retention = Retention(store, {Status.COMPLETED: 60}, interval=1, batch=10)
+    with caplog.at_level("WARNING", logger="queuelog.retention"):
+        assert retention.maybe_run() == 0
+    records = [r for r in caplog.records if r.name == "queuelog.retention"]
+    assert [r.levelname for r in records] == ["WARNING"] and records[0].exc_info is None
+    store.close()
