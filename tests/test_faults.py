@@ -392,7 +392,9 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
         for thread in threads:
             thread.join(timeout=70)
         # Each process meets its cut connections once more (a 503), then serves again.
-        health = [request(server.port, "GET", "/healthz")[0] for _ in range(4)]
+        health: list[int] = []
+        while len(health) < 16 and health[-3:] != [200, 200, 200]:  # bounded: 16 probes
+            health.append(request(server.port, "GET", "/healthz")[0])
         fresh = [request(server.port, "POST", "/jobs", {"type": "email"},
                          {**keys["producer"], "Idempotency-Key": "after"})[0]
                  for _ in range(4)]
@@ -413,9 +415,9 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
     assert {r.id for r in rows if r.idempotency_key in load.acked} == set(load.acked.values())
     assert max(per_key.values()) == 1  # no key twice
     assert all(outcome == "completed" for _, outcome in load.checked_409), load.checked_409
-    # No restart needed: at most one 503 per process, then answers.
-    assert health.count(503) <= 2 and health[-1] == 200, health
-    assert fresh.count(503) <= 2 and fresh[-1] == 200 and 201 in fresh, fresh
+    # No restart needed: at most one 503 per process (its pool renewed), then answers.
+    assert health.count(503) <= server.workers and health[-3:] == [200] * 3, health
+    assert fresh.count(503) <= server.workers and fresh[-1] == 200 and 201 in fresh, fresh
     assert "Traceback" not in log
 
 

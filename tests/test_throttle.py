@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import http.client
 import re
+import time
 import sqlite3
 import threading
 from typing import Any
@@ -189,6 +190,14 @@ def test_the_limit_holds_across_gunicorn_workers(db_url, tmp_path):
                              "--access-logformat 'answered-by %(p)s %(u)s'",
     }).start()
     try:
+        # gunicorn's workers boot one after the other: wait (bounded) until both answer, or
+        # every attempt could land on the first one and the test would prove nothing.
+        deadline = time.monotonic() + 20
+        while len(set(re.findall(r"answered-by <(\d+)>", server.log()))) < 2 \
+                and time.monotonic() < deadline:
+            with concurrent.futures.ThreadPoolExecutor(4) as pool:
+                list(pool.map(lambda _: _get(server.port, {}), range(4)))
+
         def attempts(name: str) -> list[tuple[int, str | None]]:
             # A new connection per request, several users at once.
             got = [_get(server.port, basic(name, "wrong password")) for _ in range(10)]
