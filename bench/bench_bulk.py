@@ -24,9 +24,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from sqlalchemy import event  # noqa: E402
 
-from queuelog.schema import metadata  # noqa: E402
-from queuelog.store import Store  # noqa: E402
-from queuelog.store import admin as admin_store  # noqa: E402
+from queuelog.server.store.tables import metadata  # noqa: E402
+from queuelog.server.store import Store  # noqa: E402
+from queuelog.server.store import admin as admin_store  # noqa: E402
 
 NOW = 1_780_000_000_000_000
 FILL_SQLITE = """

@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from queuelog import create_app  # noqa: E402
-from queuelog.auth import hash_password  # noqa: E402
+from queuelog.server.auth import hash_password  # noqa: E402
 
 NOW = 1_780_000_000_000_000       # a fixed "now" (epoch microseconds) for every run
 SPACING = 3_600_000               # 3.6 s between jobs: 1,000 jobs per hour

@@ -33,7 +33,7 @@ import time
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
-from queuelog.store import Store  # noqa: E402
+from queuelog.server.store import Store  # noqa: E402
 from werkzeug.security import generate_password_hash  # noqa: E402
 
 

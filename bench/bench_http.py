@@ -207,7 +207,7 @@ def reset(url: str) -> None:
     """Empty queuelog's tables (PostgreSQL) so every run starts alike; a new database gets them."""
     from sqlalchemy import create_engine, text
 
-    from queuelog.store import Store
+    from queuelog.server.store import Store
     store = Store(url)
     store.create_schema()
     store.close()
@@ -231,7 +231,7 @@ class Queuelog:
     """A database with its schema and keys, and gunicorn serving queuelog on it."""
 
     def __init__(self, url: str, workdir: str, name: str) -> None:
-        from queuelog.store import Store
+        from queuelog.server.store import Store
         self.url = url
         store = Store(url)
         store.create_schema()

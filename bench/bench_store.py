@@ -32,7 +32,7 @@ from sqlalchemy.engine import make_url
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 
 from queuelog import create_app  # noqa: E402
-from queuelog.store import NewJob, Store  # noqa: E402
+from queuelog.server.store import NewJob, Store  # noqa: E402
 
 WORKER = "bench-worker"
 LEASE_US = 300 * 1_000_000

@@ -17,12 +17,15 @@ import click
 from flask import Flask
 from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
-from . import actions, retention
-from .auth import KEY_ROLES, USER_ROLES, hash_password
-from .errors import Conflict, is_unavailable, one_line
-from .jobs import FINISHED, Priority, Status, isoformat
-from .store import get_store
-from .validation import is_name
+from queuelog.server import actions
+
+from queuelog.server import retention
+from queuelog.server.auth import KEY_ROLES, USER_ROLES, hash_password
+from queuelog.model.problems import Conflict
+from queuelog.server.errors import is_unavailable, one_line
+from queuelog.model.jobs import FINISHED, Priority, Status, isoformat
+from queuelog.server.store import get_store
+from queuelog.server.requests.check import is_name
 
 
 def parse_duration(text: str) -> int:
@@ -34,8 +37,8 @@ def parse_duration(text: str) -> int:
 
 
 def _create_app() -> Flask:
-    from . import create_app
-    from .config import ConfigError
+    from queuelog import create_app
+    from queuelog.server.config import ConfigError
     try:
         return create_app(serving=False)
     except ConfigError as exc:  # one line that names the setting, not a traceback
@@ -81,7 +84,7 @@ def init_db() -> None:
     """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
     from flask import current_app
 
-    from . import bootstrap_admin
+    from queuelog.server import bootstrap_admin
     _upgrade()
     bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
 
@@ -89,7 +92,7 @@ def init_db() -> None:
 @main.group("db", cls=AppGroup)
 def db() -> None:
     """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
-    from .store.engine import start_upgrade_deferred
+    from queuelog.server.store.engine import start_upgrade_deferred
     # Load the app (when the subcommand does) without the start-up upgrade: `db current`
     # shows the revision as found, and `db upgrade` reports what it did.
     click.get_current_context().with_resource(start_upgrade_deferred())
@@ -104,14 +107,14 @@ def db_upgrade() -> None:
 @db.command("current")
 def db_current() -> None:
     """Print the database's schema revision."""
-    from .store import migrate
+    from queuelog.server.store import migrate
     revision, newest = migrate.current(get_store().engine), migrate.head()
     shown = revision or "none (an empty database, or one made before revisions)"
     click.echo(f"{shown} (head)" if revision == newest else f"{shown} (head is {newest})")
 
 
 def _upgrade() -> None:
-    from .store import migrate
+    from queuelog.server.store import migrate
     before, after = migrate.upgrade(get_store().engine)
     if before == after:
         click.echo(f"The database is ready: already at {after} (the newest revision).")
@@ -331,8 +334,8 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     import os
     import shutil
 
-    from .client import Client
-    from .runner import Runner, read_token
+    from queuelog.client import Client
+    from queuelog.worker.runner import Runner, read_token
     if not url:
         raise click.UsageError("no server: give --url or set QUEUELOG_URL")
     try:
@@ -354,7 +357,7 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
 @with_appcontext
 def backup(path: str) -> None:
     """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
-    from .store.backup import BackupRefused, backup_sqlite
+    from queuelog.server.store.backup import BackupRefused, backup_sqlite
     try:
         done = backup_sqlite(get_store().engine, path)
     except BackupRefused as exc:
@@ -371,7 +374,7 @@ def init_app(app: Flask) -> None:
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     # Flask's own ``run``, after creating the first admin: "printed once at first start".
-    from . import bootstrap_admin
+    from queuelog.server import bootstrap_admin
     bootstrap_admin(click.get_current_context().ensure_object(ScriptInfo).load_app())
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 

@@ -15,9 +15,9 @@ from sqlalchemy.pool import NullPool
 
 from helpers import add_user
 from queuelog import create_app
-from queuelog.jobs import Priority
-from queuelog.schema import metadata
-from queuelog.store import Store
+from queuelog.model.jobs import Priority
+from queuelog.server.store.tables import metadata
+from queuelog.server.store import Store
 
 PG_URL = os.environ.get("QUEUELOG_TEST_DATABASE_URL")
 PG_SKIP = ("PostgreSQL tests need QUEUELOG_TEST_DATABASE_URL "

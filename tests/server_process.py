@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from queuelog.store import Store
+from queuelog.server.store import Store
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

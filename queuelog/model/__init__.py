@@ -1,0 +1,1 @@
+"""The model both worlds share: job statuses, priorities, backoff, problem types."""

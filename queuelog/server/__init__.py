@@ -1,0 +1,108 @@
+"""The server: ``create_app`` builds config, store, auth, blueprints, dashboard and commands."""
+from __future__ import annotations
+
+import os
+import secrets
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported in create_app: ``queuelog.client`` must not pull Flask in
+    from flask import Flask
+
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # queuelog/
+# The source tree keeps the pages in the top-level templates/; a wheel carries the same
+# files inside the package, as queuelog/templates (pyproject.toml maps them there).
+TEMPLATES = os.path.join(_HERE, "templates")
+if not os.path.isdir(TEMPLATES):
+    TEMPLATES = os.path.join(os.path.dirname(_HERE), "templates")
+
+
+def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = True) -> Flask:
+    """Build the app: config, store, auth, blueprints, dashboard, CLI.
+
+    ``serving`` False (the ``queuelog`` command line) leaves creating the first admin to
+    the commands that start a server or set up the database, so ``queuelog --help`` or
+    ``keys create`` never prints a password where nobody expects it.
+    """
+    from flask import Flask
+    app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
+    from queuelog.server import instance
+    # Private before anything is written into it (the secret key, the database).
+    os.makedirs(app.instance_path, mode=instance.FOLDER_MODE, exist_ok=True)
+
+    from queuelog.server import auth
+
+    from queuelog import cli
+
+    from queuelog.server import config
+
+    from queuelog.server import errors
+
+    from queuelog.server import store
+    from queuelog.server.requests.check import JobIdConverter
+    app.url_map.converters["job_id"] = JobIdConverter
+    config.load(app, test_config)
+    instance.protect(app.instance_path, app.config["DATABASE_URL"])
+    if app.config["PROXY_COUNT"]:
+        # Behind N proxies the client's address (the sign-in throttle's key) and scheme come
+        # from X-Forwarded-For/-Proto; without them those headers are ignored, as anyone can
+        # send them. The Host stays the one the proxy passed on (TRUSTED_HOSTS checks it).
+        from werkzeug.middleware.proxy_fix import ProxyFix
+        count = app.config["PROXY_COUNT"]
+        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count)  # type: ignore
+    errors.init_app(app)
+    store.init_app(app)
+    from queuelog.server import metrics
+    metrics.init_app(app)
+    auth.init_app(app)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    from queuelog.server import longpoll
+    longpoll.init_app(app)
+
+    from queuelog.server.api import admin, audit, producer, read, types, worker
+    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
+        app.register_blueprint(blueprint)
+    from queuelog.server.ui import queue as ui
+    ui.init_app(app)
+    cli.init_app(app)
+    from queuelog.server import retention
+    retention.init_app(app)
+
+    if serving:
+        bootstrap_admin(app)
+    return app
+
+
+def bootstrap_admin(app: Flask) -> str | None:
+    """Say where the database is; create user ``admin`` if no user exists, print it once."""
+    if not app.testing:
+        print(f"queuelog: database {database_location(app.config['DATABASE_URL'])}",
+              file=sys.stderr, flush=True)
+    if not app.config["BOOTSTRAP_ADMIN"]:
+        return None
+    from queuelog.server.auth import hash_password
+    from queuelog.server.store import get_store
+    with app.app_context():
+        accounts = get_store().accounts
+        if accounts.has_users():
+            return None
+        password = secrets.token_urlsafe(18)
+        if not accounts.create_first_user("admin", hash_password(password), "admin"):
+            return None  # another process won the race and printed its own
+    print(f"queuelog: created user 'admin' with password: {password}\n"
+          "queuelog: it is shown only this once; sign in at /ui/ and keep it safe.",
+          file=sys.stderr, flush=True)
+    return password
+
+
+def database_location(url: str) -> str:
+    """The database URL for a log line: its password masked, a SQLite path made absolute."""
+    from sqlalchemy.engine import make_url
+    try:
+        parsed = make_url(url)
+    except Exception:  # noqa: BLE001 - the engine reports a bad URL, with its reason
+        return "(an unreadable DATABASE_URL)"
+    if parsed.get_backend_name() == "sqlite" and parsed.database \
+            and parsed.database != ":memory:" and not parsed.database.startswith("file:"):
+        parsed = parsed.set(database=os.path.abspath(parsed.database))
+    return parsed.render_as_string(hide_password=True)

@@ -1,0 +1,155 @@
+"""Producer endpoints: enqueue one job or a batch, and cancel."""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from flask import Blueprint, current_app, request, url_for
+
+from queuelog.server import actions
+from queuelog.server.auth import Principal, current_user, require
+from queuelog.model.problems import Forbidden, ValidationFailed
+from queuelog.model.jobs import Priority
+from queuelog.server.requests.bodies import MAX_DELAY_SECONDS  # noqa: F401  (re-exported: its old home)
+from queuelog.server.store import NewJob
+from queuelog.server.requests.check import body, compact, field_errors, given, idempotency_header, timestamp_us
+from queuelog.server.api import job_json
+
+bp = Blueprint("producer", __name__)
+
+Errors = list[dict[str, str]]
+
+
+@bp.post("/jobs")
+@require("producer", "admin", write=True)
+def enqueue() -> Any:
+    """Enqueue a job (201), or replay an idempotent request (200)."""
+    errors: Errors = []
+    data = body("NewJob", errors)
+    header = _header_key(errors)
+    if header is not None and not _has_error(errors, "idempotency_key") \
+            and given(data, "idempotency_key", header) != header:
+        errors.append({"field": "idempotency_key",
+                       "detail": "Differs from the Idempotency-Key header."})
+    refusals: Errors = []
+    new = parse_new_job(data, current_user(), "", errors, refusals, header)
+    field_errors(errors)
+    if refusals:
+        raise Forbidden(refusals[0]["detail"])
+    job, created = actions.enqueue(new)
+    location = {"Location": url_for("read.get_job", job_id=job.id)}
+    if created:
+        return job_json(job), 201, location
+    return job_json(job), 200, {"Idempotent-Replayed": "true", **location}
+
+
+@bp.post("/jobs/batch")
+@require("producer", "admin", write=True)
+def enqueue_batch() -> Any:
+    """Enqueue many jobs in one transaction, all or nothing (201; 200 if all replayed)."""
+    errors: Errors = []
+    data = body("NewJobBatch", errors)
+    if "Idempotency-Key" in request.headers:
+        errors.append({"field": "Idempotency-Key", "detail": "Not taken on a batch: give "
+                       "each item its own idempotency_key."})
+    # Items are read only when the list itself passed (a list over MAX_BATCH is not walked).
+    items = data["jobs"] if not _has_error(errors, "jobs", whole=True) else []
+    who = current_user()
+    refusals: Errors = []
+    news: list[NewJob | None] = []
+    first_use: dict[str, int] = {}
+    for i, item in enumerate(items):
+        prefix = f"jobs[{i}]"
+        news.append(parse_new_job(item, who, prefix, errors, refusals) if isinstance(
+            item, dict) else None)
+        key = item.get("idempotency_key") if isinstance(item, dict) else None
+        if isinstance(key, str):
+            if key in first_use:
+                errors.append({"field": f"{prefix}.idempotency_key",
+                               "detail": f"Used by jobs[{first_use[key]}] too."})
+            first_use.setdefault(key, i)
+    field_errors(errors)  # 422 over 403: any invalid item fails the batch as a 422
+    if refusals:
+        raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in refusals),
+                        errors=refusals)
+    jobs, replayed = actions.enqueue_many([n for n in news if n is not None])
+    created = len(replayed) < len(jobs)
+    return {"jobs": [job_json(j) for j in jobs], "replayed": replayed}, 201 if created else 200
+
+
+@bp.post("/jobs/<job_id:job_id>/cancel")
+@require("producer", "admin", write=True)
+def cancel(job_id: int) -> Any:
+    """Cancel a pending job: a producer its own, an admin any."""
+    body("Empty")  # a body, if sent, must be a JSON object with no fields
+    return job_json(actions.cancel(current_user(), job_id))
+
+
+def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Errors,
+                  refusals: Errors, header_key: str | None = None) -> NewJob | None:
+    """A checked enqueue body as a NewJob; the rules no schema states go to ``errors``
+    (payload size per type, 422) and ``refusals`` (the key's limits, 403)."""
+    def at(name: str) -> str:
+        return f"{prefix}.{name}" if prefix else name
+    config = current_app.config
+    job_type = data.get("type")
+    options = config["JOB_TYPES"].get(job_type, {}) if isinstance(job_type, str) else {}
+    payload = given(data, "payload", {})
+    payload_json = None if _has_error(errors, at("payload")) else compact(payload)
+    limit = int(options.get("max_payload_bytes", config["MAX_PAYLOAD_BYTES"]))
+    if payload_json is not None and len(payload_json.encode("utf-8")) > limit:
+        errors.append({"field": at("payload"),
+                       "detail": f"Larger than {limit} bytes as compact JSON."})
+    if _has_error(errors, prefix):
+        return None  # this item (or the body) is invalid: the request will be a 422
+    label = given(data, "priority", "low")
+    priority = Priority.from_label(label)
+    if who.role == "producer":
+        if who.types is not None and job_type not in who.types:
+            refusals.append({"field": at("type"), "detail":
+                             f"This key may not enqueue jobs of type {job_type!r}."})
+        if priority > who.max_priority:
+            refusals.append({"field": at("priority"), "detail":
+                             f"This key may not enqueue at priority {label!r} (its maximum "
+                             f"is {Priority.from_value(who.max_priority).label!r})."})
+    max_retries = given(data, "max_retries",
+                        int(options.get("max_retries", config["DEFAULT_MAX_RETRIES"])))
+    run_at = given(data, "run_at")
+    run_at_us = None if run_at is None else timestamp_us(run_at)
+    delay = given(data, "delay_seconds")
+    key = header_key if header_key is not None else given(data, "idempotency_key")
+    request_hash = None
+    if key is not None:
+        request_hash = hashlib.sha256(json.dumps(
+            # delay_seconds omitted, 0 and 0.0 all mean "now"; 5 and 5.0 are one number.
+            [job_type, payload, int(priority), max_retries, run_at_us,
+             float(delay) if delay else None],
+            sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return NewJob(producer=who.name, type=job_type, payload_json=payload_json or "{}",
+                  priority=int(priority), max_retries=max_retries, run_at=run_at_us,
+                  delay_seconds=delay, idempotency_key=key, request_hash=request_hash)
+
+
+def _has_error(errors: Errors, path: str, whole: bool = False) -> bool:
+    """Whether ``path`` or a field inside it has an error; ``whole``: only ``path`` or
+    its parent body. The empty path is the body: any error at all."""
+    if whole:
+        return any(e["field"] in (path, "") for e in errors)
+    return any(not path or e["field"] == path or e["field"].startswith((path + ".", path + "["))
+               for e in errors)
+
+
+def _header_key(errors: Errors) -> str | None:
+    """The ``Idempotency-Key`` header as a key (checked as the body's field is), or None."""
+    try:
+        header = idempotency_header(request.headers.get("Idempotency-Key"))
+    except ValidationFailed as exc:
+        errors.extend(exc.errors or [])
+        return None
+    if header is not None and (not 1 <= len(header) <= 255
+                               or not all(" " <= c <= "~" for c in header)):
+        errors.append({"field": "Idempotency-Key",
+                       "detail": "Must be 1 to 255 printable ASCII characters."})
+        return None
+    return header

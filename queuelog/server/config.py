@@ -1,0 +1,168 @@
+"""Configuration defaults and the loading order: defaults, instance/config.py, QUEUELOG_* env."""
+from __future__ import annotations
+
+import difflib
+import os
+import secrets
+import sys
+import tempfile
+from typing import Any
+
+from flask import Flask
+
+from queuelog.server.requests.check import is_name
+
+DEFAULTS: dict[str, Any] = {
+    "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},
+    "MAX_PAYLOAD_BYTES": 65536,
+    "MAX_CONTENT_LENGTH": 1048576,
+    "MAX_ERROR_BYTES": 8192,
+    "LEASE_SECONDS": 300,
+    "RETRY_BACKOFF_SECONDS": 2,
+    "RETRY_BACKOFF_MAX_SECONDS": 3600,
+    "SQLITE_SYNCHRONOUS": "FULL",
+    "DEFAULT_MAX_RETRIES": 3,
+    "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
+    "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
+    "BOOTSTRAP_ADMIN": True,     # create user admin when there is no user
+    "PASSWORD_HASH_SLOTS": 1,    # password hashes one process computes at once
+    "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
+    "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
+    "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
+    "MAX_BATCH": 500,            # items in one batch request
+}
+
+
+# QUEUELOG_* variables that are not settings: the worker runner's, its jobs' and the tests'.
+NOT_SETTINGS = frozenset({"QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",
+                          "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID", "QUEUELOG_JOB_TYPE",
+                          "QUEUELOG_JOB_ATTEMPT", "QUEUELOG_JOB_PRIORITY"})
+
+
+class ConfigError(ValueError):
+    """A configuration queuelog cannot start with; its message names the setting."""
+
+
+# Settings that are whole numbers, with the range each must fall in.
+WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
+    "MAX_PAYLOAD_BYTES": (1, 2**31 - 1),
+    "MAX_CONTENT_LENGTH": (1, 2**40),
+    "MAX_ERROR_BYTES": (1, 2**31 - 1),
+    "LEASE_SECONDS": (1, 43_200),           # the range a claim's lease_seconds has
+    "DEFAULT_MAX_RETRIES": (0, 25),         # the range a request's max_retries has
+    "COUNT_CAP": (1, 10**9),
+    "PASSWORD_HASH_SLOTS": (1, 1024),
+    "PROXY_COUNT": (0, 10),
+    "LONG_POLL_SLOTS": (0, 10_000),         # 0: no claim waits (each answers at once)
+    "MAX_BATCH": (1, 100_000),
+}
+
+
+def load(app: Flask, test_config: dict[str, Any] | None) -> None:
+    """Fill ``app.config`` in order: defaults, instance config, environment, test config."""
+    app.config.from_mapping(DEFAULTS)
+    app.config["DATABASE_URL"] = "sqlite:///" + os.path.join(app.instance_path,
+                                                            "queuelog.sqlite3")
+    if test_config is None:
+        app.config.from_pyfile("config.py", silent=True)
+        app.config.from_prefixed_env("QUEUELOG")
+        warn_unknown_variables(os.environ)
+    else:
+        app.config.from_mapping(test_config)
+    if not app.config.get("SECRET_KEY"):
+        app.config["SECRET_KEY"] = instance_secret(app.instance_path)
+    check(app.config)
+
+
+def known_settings() -> set[str]:
+    """Every setting name queuelog, Flask or Flask-WTF reads."""
+    from queuelog.server import retention
+    return {*DEFAULTS, *retention.DEFAULTS, *Flask.default_config, "DATABASE_URL", "SECRET_KEY"}
+
+
+def unknown_variables(environ: Any) -> list[tuple[str, str | None]]:
+    """QUEUELOG_* variables naming no setting, each with the closest setting's variable."""
+    known = known_settings()
+    out = []
+    for name in sorted(environ):
+        if not name.startswith("QUEUELOG_") or name in NOT_SETTINGS:
+            continue
+        key = name[len("QUEUELOG_"):].split("__", 1)[0]  # QUEUELOG_JOB_TYPES__email: nested
+        if key in known or key.startswith("WTF_"):
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        out.append((name, "QUEUELOG_" + close[0] if close else None))
+    return out
+
+
+def warn_unknown_variables(environ: Any) -> None:
+    """Say so on standard error: a typo like QUEUELOG_LEASE_SECOND is otherwise ignored."""
+    for name, close in unknown_variables(environ):
+        hint = f" (did you mean {close}?)" if close else ""
+        print(f"queuelog: warning: {name} is not a queuelog setting; it is ignored{hint}",
+              file=sys.stderr, flush=True)
+
+
+def instance_secret(instance_path: str) -> str:
+    """Read the instance's secret key, creating it once (race-free across processes)."""
+    path = os.path.join(instance_path, "secret_key")
+    if not os.path.exists(path):
+        # Written whole to a temporary file, then hard-linked into place: link() fails if
+        # the name exists, so the first process wins and no process ever reads a file that
+        # exists but is not yet written (O_CREAT|O_EXCL then write() left that window open).
+        fd, tmp = tempfile.mkstemp(prefix=".secret_key.", dir=instance_path)  # mode 0600
+        try:
+            with os.fdopen(fd, "w", encoding="ascii") as fh:
+                fh.write(secrets.token_hex(32) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process won; read its key below
+        finally:
+            os.unlink(tmp)
+    with open(path, encoding="ascii") as fh:
+        key = fh.read().strip()
+    if key:
+        return key
+    raise ConfigError(f"{path} is empty; delete it to have a new key generated")
+
+
+def check(config: Any) -> None:
+    """Fail at start-up, not at the first request, on a config that cannot work."""
+    types = config["JOB_TYPES"]
+    if not isinstance(types, dict) or not types:
+        raise ConfigError("JOB_TYPES must be a non-empty mapping of type name to options")
+    allowed = {"max_retries", "lease_seconds", "max_payload_bytes"}
+    for name, opts in types.items():
+        if not isinstance(opts, dict) or set(opts) - allowed:
+            raise ConfigError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
+    for key, (lo, hi) in WHOLE_NUMBERS.items():
+        require_number(key, config[key], lo, hi)
+    require_number("AUTH_CACHE_SECONDS", config["AUTH_CACHE_SECONDS"], 0, 3600, whole=False)
+    require_number("PASSWORD_HASH_WAIT_SECONDS", config["PASSWORD_HASH_WAIT_SECONDS"], 0, 60,
+                   whole=False)
+    # Per-type options: (whole numbers only, lowest, highest); checked here so that a typo in
+    # the config stops start-up instead of turning every enqueue of that type into a 500.
+    limits = {"lease_seconds": (False, 1, 43_200), "max_retries": (True, 0, 25),
+              "max_payload_bytes": (True, 1, 2**31 - 1)}
+    for name, opts in types.items():
+        if not is_name(name):
+            raise ConfigError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
+        for option, value in opts.items():
+            whole, lo, hi = limits[option]
+            require_number(f"JOB_TYPES[{name!r}][{option!r}]", value, lo, hi, whole=whole)
+    # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
+    base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \
+            or not 0 < base <= cap:
+        raise ConfigError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")
+
+
+def require_number(name: str, value: Any, lo: float, hi: float, *, whole: bool = True) -> None:
+    """ConfigError unless ``value`` is a number (a whole one if ``whole``) in [lo, hi]."""
+    kinds = (int,) if whole else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not lo <= value <= hi:
+        kind = "a whole number" if whole else "a number"
+        raise ConfigError(f"{name} must be {kind} from {lo} to {hi}, not {value!r}")

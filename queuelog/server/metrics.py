@@ -1,0 +1,155 @@
+"""Prometheus metrics (``GET /metrics``), made with ``prometheus_client``.
+
+Two kinds, as the contract's table says:
+
+- **Gauges** (jobs per status and type, oldest due pending job, expired leases, paused
+  types) are read from the database at scrape time, so every process and every app server
+  reports the same truth and nothing is kept in step by hand.
+- **Counters and the request histogram** count events in the process that saw them. Under
+  gunicorn each worker is a process: with ``PROMETHEUS_MULTIPROC_DIR`` set (before start),
+  prometheus_client keeps them in memory-mapped files there, and a scrape of any worker
+  sums every worker's files. Without it (one process, the tests), they live in memory.
+
+The event functions (``jobs_enqueued``, ``attempt_finished``) are one-liners for the code
+where the event happens to call.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Iterator, Sequence
+
+from flask import Flask, Response, g, request
+from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.exposition import choose_encoder
+
+from queuelog.server.config import ConfigError
+from queuelog.model.jobs import Status
+
+# Our own registry, not prometheus_client's global one: an app embedding queuelog keeps
+# its metrics apart, and a scrape shows exactly the contract's metrics.
+_PROCESS = CollectorRegistry(auto_describe=True)
+
+ENQUEUED = Counter("queuelog_jobs_enqueued", "Jobs enqueued (idempotent replays excluded).",
+                   ["type"], registry=_PROCESS)
+ATTEMPTS = Counter("queuelog_attempts_finished", "Attempts that ended, by outcome.",
+                   ["type", "outcome"], registry=_PROCESS)
+# Long polls wait up to 30 s, so the buckets reach past it.
+REQUESTS = Histogram("queuelog_http_request_duration_seconds",
+                     "Time to answer an HTTP request, by method, URL rule and status.",
+                     ["method", "route", "status"], registry=_PROCESS,
+                     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+# Anything else a client sends becomes "other": a label value per made-up method would
+# let any client grow the series without bound.
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+def jobs_enqueued(job_type: str, n: int = 1) -> None:
+    """Count ``n`` new jobs of ``job_type``."""
+    ENQUEUED.labels(job_type).inc(n)
+
+
+def attempt_finished(job_type: str, outcome: str) -> None:
+    """Count an attempt that ended: ``completed``, ``failed`` or ``lease_expired``."""
+    ATTEMPTS.labels(job_type, outcome).inc()
+
+
+def multiprocess_dir() -> str | None:
+    """The multiprocess directory, when prometheus_client runs in that mode."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+class _DatabaseGauges:
+    """The gauges, collected from one snapshot of the database per scrape."""
+
+    def __init__(self, store: Any, types: Sequence[str]) -> None:
+        self.store = store
+        self.types = list(types)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield the four gauge families, a sample for every configured type."""
+        snap = self.store.gauges(self.types)
+        jobs = GaugeMetricFamily("queuelog_jobs", "Jobs in the table, by status and type.",
+                                 labels=["status", "type"])
+        counts = dict(snap.counts)
+        # Zeros too: Prometheus alerts on a series that exists; a missing one is "no data".
+        for key in [(s.value, t) for s in Status for t in self.types]:
+            counts.setdefault(key, 0)
+        for (status, job_type), n in sorted(counts.items()):
+            jobs.add_metric([status, job_type], n)
+        yield jobs
+        types = sorted(set(self.types) | set(snap.oldest_due) | set(snap.expired))
+        oldest = GaugeMetricFamily(
+            "queuelog_oldest_pending_seconds",
+            "Age of the oldest due pending job (queue latency); 0 when none.", labels=["type"])
+        expired = GaugeMetricFamily(
+            "queuelog_expired_leases",
+            "Running jobs whose lease has run out, not yet taken back.", labels=["type"])
+        paused = GaugeMetricFamily("queuelog_type_paused", "1 while the type is paused.",
+                                   labels=["type"])
+        for job_type in types:
+            run_at = snap.oldest_due.get(job_type)
+            age = 0.0 if run_at is None else max(0, snap.now - run_at) / 1_000_000
+            oldest.add_metric([job_type], age)
+            expired.add_metric([job_type], snap.expired.get(job_type, 0))
+        for job_type in sorted(set(self.types) | snap.paused):
+            paused.add_metric([job_type], 1 if job_type in snap.paused else 0)
+        yield from (oldest, expired, paused)
+
+
+class _ProcessMetrics:
+    """This process's counters and histogram (used when not in multiprocess mode)."""
+
+    def collect(self) -> Iterator[Any]:
+        """Yield what the process registry holds."""
+        return _PROCESS.collect()
+
+
+def exposition(store: Any, types: Sequence[str], accept: str | None) -> tuple[bytes, str]:
+    """The scrape's body and content type (the format the scraper asked for)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_DatabaseGauges(store, types))
+    if multiprocess_dir():
+        multiprocess.MultiProcessCollector(registry)  # every worker's files, summed
+    else:
+        registry.register(_ProcessMetrics())
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
+OUTCOMES = ("completed", "failed", "lease_expired")
+
+
+def init_app(app: Flask) -> None:
+    """Time every request, and count lease take-backs as the store reports them."""
+    folder = multiprocess_dir()
+    if folder is not None and not os.path.isdir(folder):
+        # Else the first counter fails deep in prometheus_client with a bare FileNotFoundError.
+        raise ConfigError(f"PROMETHEUS_MULTIPROC_DIR is {folder!r}, which is not a directory; "
+                          "create it (empty) before starting gunicorn")
+    # Every configured type's counters exist from the start, at 0: rate() and alerts
+    # need a series before its first event.
+    for job_type in app.config["JOB_TYPES"]:
+        ENQUEUED.labels(job_type)
+        for outcome in OUTCOMES:
+            ATTEMPTS.labels(job_type, outcome)
+    store = app.extensions["queuelog.store"]
+    store.on_lease_expired = lambda job_type: attempt_finished(job_type, "lease_expired")
+    # First in line, so the time includes whatever other before_request hooks do.
+    app.before_request_funcs.setdefault(None, []).insert(0, _start_timer)
+    app.after_request(_observe)
+
+
+def _start_timer() -> None:
+    g.queuelog_started = time.perf_counter()
+
+
+def _observe(response: Response) -> Response:
+    started = g.get("queuelog_started")
+    if started is not None:
+        rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+        method = request.method if request.method in METHODS else "other"
+        REQUESTS.labels(method, rule, str(response.status_code)).observe(
+            time.perf_counter() - started)
+    return response

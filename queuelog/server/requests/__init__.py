@@ -1,0 +1,1 @@
+"""Every request body and query string, declared once: validation and the OpenAPI document."""

@@ -1,0 +1,387 @@
+"""The OpenAPI 3.1 document of the JSON API. Request bodies are the declarations the views
+check (``schemas.bodies``), published as they are; responses are described here.
+
+It is exact in both directions on purpose: the schemathesis test sends data the document
+calls valid and expects it accepted, and data it calls invalid and expects a 4xx.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from queuelog.server.api.admin import MAX_BULK_IDS, RETRY_STATUSES
+from queuelog.model.jobs import Outcome, Status
+from queuelog.server.requests.bodies import MAX_JOB_ID, PRIORITIES, bodies
+from queuelog.server.store.audit import ACTIONS
+
+TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
+# The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
+# \\ escapes; the parser takes a bare " inside too); 1 to 255 printable ASCII once unquoted.
+KEY_HEADER = (r'^[ \t]*(?:[!#-~](?:[ -~]{0,253}[!-~])?|"(?:[ -~]{0,253}[!#-~])?'
+              r'|"(?:[ -\[\]-~]|\\["\\]){1,255}")[ \t]*$')
+PROBLEM = "application/problem+json"
+BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
+ANY_AUTH: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]
+
+JSON = dict[str, Any]
+
+
+def _ref(name: str) -> JSON:
+    """A reference to a schema in components."""
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: JSON) -> JSON:
+    """``schema`` or null: the views treat an explicit null as "not given" for optional fields."""
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _obj(properties: JSON, required: tuple[str, ...] = (), closed: bool = True,
+         **extra: Any) -> JSON:
+    """An object schema; ``closed`` mirrors the views' 422 on unknown fields."""
+    out: JSON = {"type": "object", "properties": properties, **extra}
+    if required:
+        out["required"] = list(required)
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def _int(lo: int, hi: int | None = None) -> JSON:
+    """An integer in [lo, hi]."""
+    return {"type": "integer", "minimum": lo, **({} if hi is None else {"maximum": hi})}
+
+
+def _num(lo: float, hi: float) -> JSON:
+    """A number in [lo, hi]."""
+    return {"type": "number", "minimum": lo, "maximum": hi}
+
+
+def _ts(nullable: bool = False) -> JSON:
+    """A timestamp as the API writes it: ISO 8601 UTC, microseconds, ``Z``."""
+    return {"type": ["string", "null"] if nullable else "string", "format": "date-time",
+            "pattern": TIMESTAMP}
+
+
+def _cursor_pattern() -> str:
+    """Base64url (unpadded) of ``v1:<1 to 18 digits>``: exactly what the list view decodes.
+
+    "v1:" encodes to "djE6"; then every 3 ASCII digits become 4 characters (G), and a
+    tail of 1 or 2 digits becomes 2 or 3 characters (T1, T2).
+    """
+    first = "(?:[MN][DTjz]|O[DT])"
+    group = f"{first}[AEIMQUYcgk][w-z0-5]"
+    tail1, tail2 = "(?:[MN][AQgw]|O[AQ])", f"{first}[AEIMQUYcgk]"
+    return f"^djE6(?:(?:{group}){{1,6}}|(?:{group}){{0,5}}(?:{tail1}|{tail2}))$"
+
+
+def _schemas(config: Mapping[str, Any]) -> JSON:
+    """Every reusable schema: what the API answers, and what it accepts (``schemas.py``)."""
+    admin_only = {"type": ["string", "null"], "description": "Admins only; absent otherwise."}
+    attempt_props = {
+        "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
+        "finished_at": _ts(nullable=True),
+        "outcome": {"type": "string", "enum": [o.value for o in Outcome]},
+        "error": admin_only,
+    }
+    job_props = {
+        "id": _int(1, MAX_JOB_ID), "type": {"type": "string"},
+        "payload": {"type": "object"},
+        "priority": {"type": "string", "enum": PRIORITIES},
+        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "attempt": _int(0), "retry_count": _int(0), "max_retries": _int(0),
+        "idempotency_key": {"type": ["string", "null"], "description":
+                            "Shown only to the producer that set it and to admins."},
+        "producer": {"type": "string"}, "worker_id": {"type": ["string", "null"]},
+        "run_at": _ts(), "claimed_at": _ts(True), "lease_expires_at": _ts(True),
+        "result": {"type": ["object", "null"]}, "error": admin_only,
+        "created_at": _ts(), "updated_at": _ts(), "finished_at": _ts(True),
+        "attempts": {"type": "array", "items": _ref("Attempt"),
+                     "description": "The attempt history; on GET /jobs/{id} only."},
+    }
+    return {
+        "Job": _obj(job_props, tuple(k for k in job_props if k not in ("error", "attempts"))),
+        "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
+        "JobWithHistory": {"allOf": [_ref("Job")], "required": ["attempts"]},
+        "JobPage": _obj({"jobs": {"type": "array", "items": _ref("Job")},
+                         "next_cursor": {"type": ["string", "null"]}},
+                        ("jobs", "next_cursor")),
+        "Health": _obj({"status": {"const": "ok"}}, ("status",)),
+        "Problem": _obj({
+            "type": {"type": "string", "format": "uri-reference"},
+            "title": {"type": "string"}, "status": _int(400, 599), "detail": {"type": "string"},
+            "errors": {"type": "array", "items": _obj(
+                {"field": {"type": "string"}, "detail": {"type": "string"}},
+                ("field", "detail"))},
+        }, ("type", "title", "status", "detail"), closed=False),
+        "JobList": _obj({"jobs": {"type": "array", "items": _ref("Job")}}, ("jobs",)),
+        "Enqueued": _obj({"jobs": {"type": "array", "items": _ref("Job")},
+                          "replayed": {"type": "array", "items": _int(0), "description":
+                                       "Indexes of the items that were idempotent replays."}},
+                         ("jobs", "replayed")),
+        "ItemResults": _obj({"results": {"type": "array", "items": _obj({
+            "id": _int(1, MAX_JOB_ID), "status": _int(200, 599),
+            "job_status": {"type": "string", "enum": [s.value for s in Status]},
+            "type": {"type": "string"}, "detail": {"type": "string"}}, ("id", "status"))}},
+            ("results",)),
+        **bodies(config),
+        **_operating_schemas(list(config["JOB_TYPES"])),
+    }
+
+
+def _operating_schemas(job_types: list[str]) -> JSON:
+    """Job types, bulk repair and the audit log: answers and request bodies."""
+    type_enum = {"type": "string", "enum": job_types}
+    count = _int(0)
+
+    def bulk(filters: JSON) -> JSON:
+        # ids or filter: exactly one (neither is an empty object, both is refused).
+        return _obj({"ids": {"type": "array", "items": _int(1, MAX_JOB_ID), "minItems": 1,
+                             "maxItems": MAX_BULK_IDS},
+                     "filter": _obj({name: _nullable(schema) for name, schema in filters.items()},
+                                    description="Every field optional; null means any.")},
+                    minProperties=1, **{"not": {"required": ["ids", "filter"]}})
+    return {
+        "Count": _obj({"count": count}, ("count",)),
+        "BulkRetry": bulk({"status": {"type": "string", "enum": list(RETRY_STATUSES)},
+                           "type": type_enum, "priority": {"type": "string",
+                                                           "enum": PRIORITIES}}),
+        "BulkCancel": bulk({"type": type_enum,
+                            "priority": {"type": "string", "enum": PRIORITIES}}),
+        "JobType": _obj({
+            "name": {"type": "string"}, "paused": {"type": "boolean"},
+            "counts": _obj({st.value: count for st in Status},
+                           tuple(st.value for st in Status)),
+            "count_cap": _int(1), "oldest_pending_seconds": {"type": "number", "minimum": 0},
+            "completed_last_hour": count, "failed_last_hour": count,
+        }, ("name", "paused", "counts", "count_cap", "oldest_pending_seconds",
+            "completed_last_hour", "failed_last_hour")),
+        "JobTypeList": _obj({"types": {"type": "array", "items": _ref("JobType")}}, ("types",)),
+        "AuditEvent": _obj({
+            "id": _int(1), "at": _ts(), "actor": {"type": "string"},
+            "action": {"type": "string", "enum": list(ACTIONS)},
+            "target": {"type": ["string", "null"]}, "detail": {"type": "object"},
+        }, ("id", "at", "actor", "action", "target", "detail")),
+        "AuditPage": _obj({"events": {"type": "array", "items": _ref("AuditEvent")},
+                           "next_cursor": {"type": ["string", "null"]}},
+                          ("events", "next_cursor")),
+    }
+
+
+def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None) -> JSON:
+    """A response with a JSON body, and headers if any."""
+    out: JSON = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        out["headers"] = dict(headers)
+    return out
+
+
+def _header(description: str, schema: JSON | None = None) -> JSON:
+    """A response header that is always sent."""
+    return {"description": description, "required": True, "schema": schema or {"type": "string"}}
+
+
+ERRORS = {
+    400: "Malformed JSON, JSON that is not strict RFC 8259, nested too deep, or not an object.",
+    401: "No or bad credentials.",
+    403: "Authenticated, but this role or key may not do this.",
+    404: "No such job, or not visible to the caller.",
+    409: "Wrong state, not held by this worker, a stale attempt, or (enqueue) an idempotency "
+         "key whose race could not be settled: try again.",
+    413: "Body over MAX_CONTENT_LENGTH.",
+    415: "The body is not application/json (required with HTTP Basic).",
+    422: "A field fails validation; see `errors`.",
+    429: "HTTP Basic: 10 failed sign-ins within a minute for this username from this address "
+         "(or too many password checks at once); no password is checked until Retry-After.",
+    503: "The database does not answer or dropped the connection (the outcome of a write may "
+         "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
+}
+
+
+def _problems(*codes: int) -> JSON:
+    """Problem+json responses for ``codes``; 401 with its challenge header."""
+    out: JSON = {}
+    for code in codes:
+        out[str(code)] = {"description": ERRORS[code],
+                          "content": {PROBLEM: {"schema": _ref("Problem")}}}
+        if code == 401:
+            out[str(code)]["headers"] = {"WWW-Authenticate": _header("Basic and Bearer.")}
+        if code in (429, 503):
+            out[str(code)]["headers"] = {"Retry-After": _header("Seconds.")}
+    return out
+
+
+def _body(name: str, required: bool = True) -> JSON:
+    """A JSON request body of schema ``name``."""
+    return {"required": required, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
+        security: Any = ANY_AUTH, **extra: Any) -> JSON:
+    """One operation: its success responses plus problem+json for each error code."""
+    if any("basic" in scheme for scheme in security):
+        codes = (*codes, 429)  # the sign-in throttle answers any Basic request
+    return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
+            "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
+
+
+JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JOB_ID)}
+WRITE = (400, 401, 403, 413, 415)
+JOB_VERB = (*WRITE, 404, 409, 422)
+WORKER = "the worker holding the job"
+
+
+def _list_params() -> list[JSON]:
+    """The query parameters of GET /jobs."""
+    def query(name: str, schema: JSON, description: str = "") -> JSON:
+        return {"name": name, "in": "query", "schema": schema,
+                **({"description": description} if description else {})}
+    return [
+        query("status", {"type": "string", "enum": [s.value for s in Status]}),
+        query("type", {"type": "string", "minLength": 1, "maxLength": 100,
+                       "pattern": "^[^\\u0000]*$"}),
+        query("priority", {"type": "string", "enum": PRIORITIES}),
+        query("limit", _int(1, 200) | {"default": 50}),
+        query("cursor", {"type": "string", "pattern": _cursor_pattern()},
+              "`next_cursor` of the previous page."),
+    ]
+
+
+def _verb(op_id: str, summary: str, roles: str, body: str | None,
+          security: Any = BEARER) -> JSON:
+    """POST /jobs/{id}/<verb>: a job transition answering the job."""
+    return {"post": _op(op_id, summary, roles, {"200": _json(_ref("Job"), "The job.")},
+                        *JOB_VERB, security=security, parameters=[JOB_ID],
+                        requestBody=_body(body or "Empty", required=body is not None))}
+
+
+def _paths() -> JSON:
+    """Every route of the JSON API (the dashboard's are not part of it)."""
+    job = _ref("Job")
+    location = _header("The job's URL.")
+    key_header = {"name": "Idempotency-Key", "in": "header", "schema": {
+        "type": "string", "pattern": KEY_HEADER}, "description":
+        "The idempotency key, bare or as a structured-field string; must agree with the body's."}
+    enqueued = {
+        "201": _json(job, "Created.", {"Location": location}),
+        "200": _json(job, "An idempotent replay: the job created the first time.", {
+            "Location": location,
+            "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
+    }
+    claimed = {"200": _json({"anyOf": [job, _ref("JobList")]}, "The claimed job, now running; "
+                            "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty)."),
+               "204": {"description": "No job came due within `wait` (without `max_jobs`); with "
+                              "`Retry-After: 1` when no long-poll slot was free (it did not "
+                              "wait).",
+                       "headers": {"Retry-After": {
+                           "description": "`1` when no slot was free.", "required": False,
+                           "schema": {"type": "string"}}}}}
+    batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
+             "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
+    per_item = {"200": _json(_ref("ItemResults"), "One result per item, in request order.")}
+    metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}}}
+    readers = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
+    return {
+        "/jobs": {
+            "post": _op("enqueue", "Enqueue a job",
+                        "producer (its key's types, up to its max priority), admin",
+                        enqueued, *WRITE, 409, 422, parameters=[key_header],
+                        requestBody=_body("NewJob")),
+            "get": _op("listJobs", "List jobs, newest first", readers,
+                       {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
+                       parameters=_list_params()),
+        },
+        "/jobs/{id}": {"get": _op("getJob", "One job with its attempt history", readers,
+                                  {"200": _json(_ref("JobWithHistory"), "The job.")},
+                                  401, 403, 404, parameters=[JOB_ID])},
+        "/jobs/claim": {"post": _op("claim", "Claim the best due job", "worker", claimed,
+                                    *WRITE, 422, security=BEARER,
+                                    requestBody=_body("ClaimRequest", required=False))},
+        "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
+                                    "producer (its key's types, up to its max priority), admin",
+                                    batch, *WRITE, 409, 422, requestBody=_body("NewJobBatch"))},
+        "/jobs/complete": {"post": _op("completeBatch", "Complete many held jobs", "worker",
+                                       per_item, *WRITE, 422, security=BEARER,
+                                       requestBody=_body("CompleteBatch"))},
+        "/jobs/fail": {"post": _op("failBatch", "Fail many held attempts", "worker", per_item,
+                                   *WRITE, 422, security=BEARER,
+                                   requestBody=_body("FailBatch"))},
+        "/jobs/{id}/heartbeat": _verb("heartbeat", "Extend the lease", WORKER,
+                                      "HeartbeatRequest"),
+        "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
+                                     "CompleteRequest"),
+        "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest"),
+        "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
+                                   None, security=ANY_AUTH),
+        "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
+                                  security=ANY_AUTH),
+        **_operating_paths(),
+        "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
+                                {"200": _json(_ref("Health"), "Healthy.")}, security=[])},
+        "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
+                                401, 403)},
+        "/openapi.json": {"get": _op("openapi", "This document", "any authenticated caller", {
+            "200": _json({"type": "object"}, "The OpenAPI 3.1 document.")}, 401)},
+    }
+
+
+def _operating_paths() -> JSON:
+    """Job types and pausing, bulk repair, the audit log."""
+    type_param = {"name": "type", "in": "path", "required": True, "description":
+                  "A configured job type (else 404).",
+                  "schema": {"type": "string", "minLength": 1, "maxLength": 100,
+                             "pattern": "^[^/\\u0000]+$"}}
+    the_type = {"200": _json(_ref("JobType"), "The type, as GET /types shows it.")}
+    count = {"200": _json(_ref("Count"), "How many jobs changed.")}
+
+    def query(name: str, schema: JSON) -> JSON:
+        return {"name": name, "in": "query", "schema": schema}
+
+    def pause(op_id: str, summary: str) -> JSON:
+        return {"post": _op(op_id, summary, "admin", the_type, *WRITE, 404, 422,
+                            parameters=[type_param], requestBody=_body("Empty", False))}
+    return {
+        "/jobs/retry": {"post": _op(
+            "bulkRetry", "Retry every failed or cancelled job named or matched", "admin",
+            count, *WRITE, 422, requestBody=_body("BulkRetry"))},
+        "/jobs/cancel": {"post": _op(
+            "bulkCancel", "Cancel every pending job named or matched",
+            "producer (its own jobs), admin", count, *WRITE, 422,
+            requestBody=_body("BulkCancel"))},
+        "/types": {"get": _op("listTypes", "Every configured job type", "viewer, admin, metrics",
+                              {"200": _json(_ref("JobTypeList"), "One entry per type.")},
+                              401, 403)},
+        "/types/{type}/pause": pause("pauseType", "Pause a job type: no claim returns it"),
+        "/types/{type}/resume": pause("resumeType", "Resume a paused job type"),
+        "/audit": {"get": _op("listAudit", "Audit events, newest first", "admin",
+                              {"200": _json(_ref("AuditPage"), "One page.")}, 401, 403, 422,
+                              parameters=[
+                                  query("action", {"type": "string", "enum": list(ACTIONS)}),
+                                  query("actor", {"type": "string", "minLength": 1,
+                                                  "maxLength": 100,
+                                                  "pattern": "^[^\\u0000]*$"}),
+                                  query("limit", _int(1, 200) | {"default": 50}),
+                                  query("cursor", {"type": "string",
+                                                   "pattern": _cursor_pattern()})])},
+    }
+
+
+def document(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The OpenAPI document for this app's configuration (its job types)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "queuelog", "version": "0.1.0", "description": (
+            "A persistent background job queue. Every error is application/problem+json "
+            "(RFC 9457) whose `status` equals the HTTP status.")},
+        "paths": _paths(),
+        "components": {
+            "schemas": _schemas(config),
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "An API key: producer, worker, admin or metrics."},
+                "basic": {"type": "http", "scheme": "basic",
+                          "description": "A person: viewer or admin. Writes must send "
+                                         "Content-Type: application/json."},
+            },
+        },
+    }

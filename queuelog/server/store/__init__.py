@@ -1,0 +1,103 @@
+"""The store: all SQL of queuelog lives in this package; views never import sqlalchemy."""
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any, Mapping
+
+from flask import Flask, current_app
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+
+from queuelog.server.config import ConfigError
+from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
+from queuelog.server.store.admin import Admin, TypeSummary
+from queuelog.server.store.audit import Audit, Event
+from queuelog.server.store.engine import create_schema, make_engine, system_clock, upgrade_on_start
+from queuelog.server.store.queue import NewJob, Queue
+from queuelog.server.store.reads import ALL, Page, Reads, Scope
+from queuelog.server.store.signins import SignIns
+from queuelog.server.store.stats import Series, Stats
+
+__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "SignIns",
+           "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
+
+
+class Store(Queue, Reads, Stats, Admin, Audit):
+    """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
+
+    def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
+                 backoff_base: float = 2.0, backoff_cap: float = 3600.0,
+                 lease_seconds: float = 300.0,
+                 type_leases: Mapping[str, float] | None = None) -> None:
+        engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+        super().__init__(engine, clock=system_clock, backoff_base=backoff_base,
+                         backoff_cap=backoff_cap, lease_seconds=lease_seconds,
+                         type_leases=type_leases)
+        # Accounts read the queue's clock, so a test that moves one moves both.
+        self.accounts = Accounts(engine, clock=lambda: self.clock())
+        self.sign_ins = SignIns(engine)  # failed sign-ins, for the throttle (throttle.py)
+        # A process forked after this point (gunicorn --preload, multiprocessing) must not
+        # share the parent's pooled connections: SQLite and libpq sockets are not fork-safe.
+        ref = weakref.ref(engine)
+        os.register_at_fork(after_in_child=lambda: _forget_pool(ref))
+
+    def create_schema(self) -> None:
+        """Create or upgrade the schema."""
+        create_schema(self.engine)
+
+    def close(self) -> None:
+        """Close pooled connections."""
+        self.engine.dispose()
+
+
+# Pools a forked child inherited. They are kept, never closed or collected: closing a
+# SQLite connection opened before the fork drops the child's POSIX locks on the database
+# and can checkpoint the parent's WAL under it (https://sqlite.org/howtocorrupt.html#fork).
+_INHERITED: list[Any] = []
+
+
+def _forget_pool(ref: "weakref.ReferenceType[Any]") -> None:
+    engine = ref()
+    if engine is not None:
+        _INHERITED.append(engine.pool)
+        engine.dispose(close=False)  # a fresh pool; the parent keeps using its connections
+
+
+def init_app(app: Flask) -> Store:
+    """Create the app's store from its config and create the schema."""
+    url = app.config["DATABASE_URL"]
+    try:
+        store = Store(url, sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
+                      backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
+                      backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
+                      lease_seconds=float(app.config["LEASE_SECONDS"]),
+                      type_leases={name: float(opts["lease_seconds"])
+                                   for name, opts in app.config["JOB_TYPES"].items()
+                                   if "lease_seconds" in opts})
+    except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
+        raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
+    try:
+        if upgrade_on_start():
+            store.create_schema()
+        else:
+            store.ping()  # ``queuelog db``: the command reads or upgrades the schema itself
+    except OperationalError as exc:
+        store.close()
+        raise ConfigError(f"DATABASE_URL {_shown(url)}: the database does not answer: "
+                          f"{str(exc.orig).strip()}") from exc
+    app.extensions["queuelog.store"] = store
+    return store
+
+
+def _shown(url: Any) -> str:
+    # Never print a password from the URL into a terminal or a server log.
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not parseable: nothing in it can be told apart as a password
+        return "(not an SQLAlchemy URL)"
+
+
+def get_store() -> Store:
+    """The current app's store."""
+    return current_app.extensions["queuelog.store"]  # type: ignore[no-any-return]

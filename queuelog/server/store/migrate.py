@@ -1,0 +1,92 @@
+"""Schema upgrades: Alembic (``queuelog/migrations``), run under a lock at every start.
+
+Three kinds of database reach ``upgrade``:
+
+- empty: every revision runs, 0001 onwards;
+- made by the release before Alembic (its tables, no ``alembic_version``): completed to the
+  baseline (that release added missing tables and indexes at each start, so an old file may
+  lack one), stamped 0001, then upgraded like any other;
+- already under Alembic: the revisions it lacks run; at head, nothing happens.
+
+The whole upgrade is one transaction, taken with the database's write lock first (SQLite:
+BEGIN IMMEDIATE; PostgreSQL: an advisory lock, since its DDL takes its locks table by table):
+gunicorn workers starting together queue on the lock, and the first one does the work
+while the others find the database at head. A failed revision rolls back whole.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, inspect, text
+
+from queuelog.server.store.engine import writer
+
+SCRIPT_LOCATION = "queuelog.server:migrations"  # package resource: works from a wheel too
+BASELINE = "0001"
+# Any fixed number, the same in every process: pg_advisory_xact_lock's key.
+PG_LOCK_KEY = 7262017
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """Alembic's config for queuelog's migrations, bound to ``connection`` if given."""
+    config = Config()
+    config.set_main_option("script_location", SCRIPT_LOCATION)
+    if connection is not None:
+        config.attributes["connection"] = connection  # env.py runs on it
+    return config
+
+
+@functools.lru_cache(maxsize=1)
+def scripts() -> ScriptDirectory:
+    """The revision files (read once per process)."""
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def head() -> str:
+    """The newest revision."""
+    return scripts().get_current_head()  # type: ignore[return-value]
+
+
+def current(engine: Engine) -> str | None:
+    """The database's revision; None for an empty or pre-Alembic database."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine) -> tuple[str | None, str]:
+    """Bring the schema to head under the database's lock; return (before, after)."""
+    before = current(engine)
+    if before == head():
+        return before, before  # the common start: one read, no lock taken
+    if engine.dialect.name == "postgresql":
+        with engine.begin() as conn:
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK_KEY})
+            return _upgrade(conn)
+    with writer(engine).begin() as conn:  # BEGIN IMMEDIATE: SQLite's write lock, up front
+        return _upgrade(conn)
+
+
+def _upgrade(conn: Connection) -> tuple[str | None, str]:
+    """Inside the lock: read the revision again (another process may have upgraded)."""
+    context = MigrationContext.configure(conn)
+    before = context.get_current_revision()
+    if before is None and inspect(conn).has_table("jobs"):
+        _complete_baseline(conn)
+        context.stamp(scripts(), BASELINE)
+    if context.get_current_revision() != head():
+        command.upgrade(alembic_config(conn), "head")
+    return before, head()
+
+
+def _complete_baseline(conn: Connection) -> None:
+    """Give a pre-Alembic database whatever baseline table or index it lacks."""
+    baseline: Any = scripts().get_revision(BASELINE).module  # type: ignore[union-attr]
+    baseline.metadata.create_all(conn)  # only the missing tables (checkfirst)
+    for table in baseline.metadata.sorted_tables:
+        for index in table.indexes:
+            index.create(conn, checkfirst=True)

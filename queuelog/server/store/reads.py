@@ -1,0 +1,127 @@
+"""Reading jobs: one job with its history, newest-first keyset pages, metrics counts.
+
+Who may see what is decided here too (``Scope``), so every read and every write that
+must answer 404 for an invisible job uses the same conditions.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sqlalchemy import Connection, Engine, bindparam, func, literal_column, select, text
+
+from queuelog.model.problems import JobNotFound
+from queuelog.model.jobs import Attempt, Job, Status
+from queuelog.server.store.tables import job_attempts, jobs
+from queuelog.server.store.engine import Clock
+
+_ATTEMPTS = (select(job_attempts).where(job_attempts.c.job_id == bindparam("jid"))
+             .order_by(job_attempts.c.attempt))
+
+
+def status_is(status: Status, table: Any = jobs) -> Any:
+    """``status = '<literal>'``: a literal, so SQLite can match the partial indexes."""
+    return table.c.status == literal_column(f"'{status.value}'")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Whose jobs a reader may see: a producer its own, a worker those it held, else all."""
+
+    producer: str | None = None
+    worker: str | None = None
+
+
+ALL = Scope()
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    """One page of a newest-first listing."""
+
+    jobs: list[Job]
+    older: int | None   # id to pass as ``before`` for the next (older) page
+    newer: int | None   # id to pass as ``after`` for the previous (newer) page
+
+
+def scope_conditions(scope: Scope) -> list[Any]:
+    """WHERE conditions limiting jobs to those the scope may see."""
+    cond: list[Any] = []
+    if scope.producer is not None:
+        cond.append(jobs.c.producer == scope.producer)
+    if scope.worker is not None:
+        # Every claim writes an attempt row, so "holds or held" is "has an attempt";
+        # the (worker_id, job_id) index drives it instead of a walk over all jobs.
+        cond.append(jobs.c.id.in_(select(job_attempts.c.job_id)
+                                  .where(job_attempts.c.worker_id == scope.worker)))
+    return cond
+
+
+def get_row(conn: Connection, job_id: int, scope: Scope) -> Any:
+    """The job's row if the scope may see it; JobNotFound otherwise."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id, *scope_conditions(scope))).first()
+    if row is None:
+        raise JobNotFound(f"No job {job_id}.")
+    return row
+
+
+class Reads:
+    """Read verbs over jobs (mixed into the Store, which provides engine and clock)."""
+
+    engine: Engine
+    clock: Clock
+
+    def get(self, job_id: int, scope: Scope = ALL) -> Job:
+        """One job with its attempt history; JobNotFound when missing or not visible."""
+        with self.engine.connect() as conn:
+            row = get_row(conn, job_id, scope)
+            attempts = conn.execute(_ATTEMPTS, {"jid": job_id}).all()
+            return Job.from_row(row._mapping).with_attempts(
+                tuple(Attempt.from_row(a._mapping) for a in attempts))
+
+    def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
+                  type: str | None = None, priority: int | None = None, limit: int = 50,
+                  before: int | None = None, after: int | None = None,
+                  scheduled: bool = False) -> Page:
+        """A newest-first page; ``before``/``after`` are keyset cursors (job ids).
+
+        ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future.
+        """
+        cond = scope_conditions(scope)
+        if status is not None:
+            cond.append(jobs.c.status == status.value)
+        if scheduled:
+            cond += [status_is(Status.PENDING), jobs.c.run_at > self.clock()]
+        if type is not None:
+            cond.append(jobs.c.type == type)
+        if priority is not None:
+            cond.append(jobs.c.priority == priority)
+        query = select(jobs).where(*cond).limit(limit + 1)
+        if after is not None:  # walking towards newer jobs: ascending, then reversed
+            query = query.where(jobs.c.id > after).order_by(jobs.c.id)
+        else:
+            if before is not None:
+                query = query.where(jobs.c.id < before)
+            query = query.order_by(jobs.c.id.desc())
+        with self.engine.connect() as conn:
+            rows = conn.execute(query).all()
+        more = len(rows) > limit
+        found = [Job.from_row(r._mapping) for r in rows[:limit]]
+        if after is not None:
+            found.reverse()
+            return Page(found, found[-1].id if found else None,
+                        found[0].id if more and found else None)
+        return Page(found, found[-1].id if more else None,
+                    found[0].id if before is not None and found else None)
+
+    def count_by_status_and_type(self) -> list[tuple[str, str, int]]:
+        """(status, type, count) for every combination present, for /metrics."""
+        with self.engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(  # type: ignore[misc]
+                select(jobs.c.status, jobs.c.type, func.count())
+                .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))]
+
+    def ping(self) -> None:
+        """Raise unless the database answers."""
+        with self.engine.connect() as conn:
+            conn.execute(text("SELECT 1"))

@@ -1,0 +1,171 @@
+"""Dashboard reads: capped counts per status and the per-minute outcome series.
+
+Both stay cheap at any table size. Counts stop at a cap (``COUNT_CAP``, shown as
+"10,000+"), so each is an index range of at most cap+1 entries, never a scan of the
+table; we keep no counter rows, because a row every claim updates would serialize
+claims on PostgreSQL. The chart reads one hour of ``job_attempts.finished_at``
+(index ``ix_attempts_finished``), so it costs the last hour's throughput, not history.
+
+Also the /metrics gauges (``gauges``) and purge's ``--dry-run`` count. The gauges' job
+counts are exact, so they read the whole ``(status, type, id)`` index (no rows); the other
+gauges read index ranges that do not grow with history.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+from sqlalchemy import Engine, bindparam, func, literal_column, select, text
+
+from queuelog.model.jobs import FINISHED, Outcome, Priority, Status
+from queuelog.server.store.tables import job_attempts, jobs, paused_types
+from queuelog.server.store.engine import Clock
+from queuelog.server.store.reads import status_is
+
+MINUTE_US = 60_000_000
+FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gauges:
+    """What /metrics reads from the database at scrape time."""
+
+    now: int                                 # epoch microseconds of the snapshot
+    counts: list[tuple[tuple[str, str], int]]  # ((status, type), jobs)
+    oldest_due: dict[str, int]               # type -> run_at of its oldest due pending job
+    expired: dict[str, int]                  # type -> running jobs past their lease
+    paused: set[str]
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """Attempts finished per minute, oldest minute first; the last is the current minute."""
+
+    start: int              # epoch microseconds of the first bucket
+    bucket: int             # bucket width in microseconds
+    completed: list[int]
+    failed: list[int]       # failed attempts, lease expiries included
+
+
+def _capped(*cond: Any) -> Any:
+    # COUNT over a LIMITed subquery: the database stops reading at cap + 1 rows.
+    sub = (select(literal_column("1")).select_from(jobs).where(*cond)
+           .limit(bindparam("cap")).subquery())
+    return select(func.count()).select_from(sub).scalar_subquery()
+
+
+@functools.lru_cache(maxsize=1)
+def _counts_statement() -> Any:
+    """One SELECT of capped counts: a round trip and a snapshot for the whole bar."""
+    cols = [_capped(jobs.c.status == literal_column(f"'{s.value}'")).label(s.value)
+            for s in Status]
+    # Scheduled = pending with a future run_at. One range per priority over the claim
+    # index (priority, run_at), so a million due jobs are never walked to find them.
+    pending = jobs.c.status == literal_column(f"'{Status.PENDING.value}'")
+    cols += [_capped(pending, jobs.c.priority == literal_column(str(int(p))),
+                     jobs.c.run_at > bindparam("now")).label(f"scheduled_{p.label}")
+             for p in Priority]
+    return select(*cols)
+
+
+# In index order, so the (status, type, id) index answers alone: no rows, no sort.
+_COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
+           .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))
+# Expired leases: the lease index holds running jobs only, by lease end; the range below
+# ``now`` is what the next claim takes back (normally empty or tiny).
+_EXPIRED_SQLITE = text(
+    "SELECT type, count(*) FROM jobs INDEXED BY ix_jobs_lease WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
+_EXPIRED_PG = text(
+    "SELECT type, count(*) FROM jobs WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
+
+
+@functools.lru_cache(maxsize=8)
+def _oldest_due_statement(n_types: int) -> Any:
+    """The oldest due run_at of each type, one scalar subquery per type, in one SELECT.
+
+    Each is one seek in the (type, run_at) partial index of pending jobs: its first entry
+    of the type with run_at <= now is the answer, however long the queue.
+    """
+    return select(*[select(jobs.c.run_at)
+                    .where(status_is(Status.PENDING), jobs.c.type == bindparam(f"t{i}"),
+                           jobs.c.run_at <= bindparam("now"))
+                    .order_by(jobs.c.run_at).limit(1).scalar_subquery().label(f"t{i}")
+                    for i in range(n_types)])
+
+
+@functools.lru_cache(maxsize=1)
+def _purgeable_statement() -> Any:
+    return (select(func.count()).select_from(jobs)
+            .where(jobs.c.status.in_(bindparam("wanted", expanding=True)),
+                   jobs.c.finished_at < bindparam("cutoff")))
+
+
+@functools.lru_cache(maxsize=1)
+def _series_statement() -> Any:
+    bucket = ((job_attempts.c.finished_at - bindparam("start")) // bindparam("width"))
+    return (select(bucket.label("bucket"), job_attempts.c.outcome, func.count())
+            .where(job_attempts.c.finished_at >= bindparam("start"),
+                   job_attempts.c.finished_at < bindparam("end"),
+                   job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
+            # By the output name: repeating the expression would repeat its parameters,
+            # which PostgreSQL (server-side binding) does not see as the same expression.
+            .group_by(literal_column("bucket"), job_attempts.c.outcome))
+
+
+class Stats:
+    """Read-only dashboard queries; mixed into Store, which provides engine and clock."""
+
+    engine: Engine
+    clock: Clock
+
+    def gauges(self, types: Sequence[str]) -> Gauges:
+        """The /metrics gauges, from one connection; each read walks an index."""
+        types = list(types)
+        now = self.clock()
+        with self.engine.connect() as conn:
+            counts = [((st, t), int(n)) for st, t, n in conn.execute(_COUNTS)]
+            oldest: dict[str, int] = {}
+            if types:
+                row = conn.execute(_oldest_due_statement(len(types)), {
+                    "now": now, **{f"t{i}": t for i, t in enumerate(types)}}).one()
+                oldest = {t: int(v) for t, v in zip(types, row) if v is not None}
+            expired = {t: int(n) for t, n in conn.execute(
+                _EXPIRED_SQLITE if self.engine.dialect.name == "sqlite" else _EXPIRED_PG,
+                {"now": now})}
+            paused = set(conn.execute(select(paused_types.c.type)).scalars())
+        return Gauges(now, counts, oldest, expired, paused)
+
+    def count_purgeable(self, older_than_us: int, statuses: Sequence[Status]) -> int:
+        """How many jobs ``purge`` with these arguments would delete now (``--dry-run``)."""
+        wanted = [s.value for s in statuses if s in FINISHED]
+        if not wanted:
+            return 0
+        with self.engine.connect() as conn:  # the (status, finished_at) index, as purge
+            return int(conn.execute(_purgeable_statement(), {
+                "wanted": wanted, "cutoff": self.clock() - older_than_us}).scalar_one())
+
+    def count_by_status(self, cap: int) -> dict[str, int]:
+        """Jobs per status plus ``scheduled``, each counted only up to ``cap`` + 1."""
+        with self.engine.connect() as conn:
+            row = conn.execute(_counts_statement(), {"cap": cap + 1,
+                                                     "now": self.clock()}).one()
+        out = {s.value: int(row._mapping[s.value]) for s in Status}
+        scheduled = sum(int(row._mapping[f"scheduled_{p.label}"]) for p in Priority)
+        out["scheduled"] = min(scheduled, cap + 1)
+        return out
+
+    def outcomes_per_minute(self, minutes: int = 60) -> Series:
+        """Completed and failed attempts per minute over the last ``minutes`` minutes."""
+        end = (self.clock() // MINUTE_US + 1) * MINUTE_US  # end of the current minute
+        start = end - minutes * MINUTE_US
+        completed, failed = [0] * minutes, [0] * minutes
+        with self.engine.connect() as conn:
+            rows = conn.execute(_series_statement(), {"start": start, "end": end,
+                                                      "width": MINUTE_US}).all()
+        for bucket, outcome, count in rows:
+            target = completed if outcome == Outcome.COMPLETED.value else failed
+            target[int(bucket)] += int(count)
+        return Series(start, MINUTE_US, completed, failed)

@@ -1,0 +1,1 @@
+"""The dashboard: one blueprint per page module."""

@@ -1,0 +1,1 @@
+"""The worker host: ``queuelog work``; speaks HTTP through queuelog.client only."""

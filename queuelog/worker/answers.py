@@ -1,0 +1,131 @@
+"""The runner's answers (complete, fail) gathered into batch requests.
+
+With many short jobs, one request per answer (one transaction, one fsync on SQLite) would be
+the runner's bottleneck. Job threads hand their answer here and wait; one sender thread
+takes whatever answers are waiting and sends them as one ``POST /jobs/complete`` or
+``POST /jobs/fail``. Under light load that is one answer per request and no added latency.
+A batch that did not land is retried, each answer until its lease would have run out, with
+the same history check as the client's single calls.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from queuelog.client import Client, ClientError, ProblemError, Unreachable, backoff, lease_deadline
+
+MAX_ITEMS = 100  # per request; the server's MAX_BATCH is 500 by default
+OUTCOME = {"complete": "completed", "fail": "failed"}
+
+
+@dataclass
+class Answer:
+    """One job's answer, waiting to land."""
+
+    verb: str                      # "complete" or "fail"
+    job: dict[str, Any]
+    item: dict[str, Any]           # the batch item: id, attempt, result / error, retry...
+    deadline: float = 0.0          # epoch seconds: the job's lease end
+    tries: int = 0
+    error: ClientError | None = None
+    single: bool = False           # send it alone (the batch as a whole was refused)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Answers:
+    """Sends answers in batches from one thread; ``send`` blocks until its answer is settled."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self._queue: queue.Queue[Answer] = queue.Queue()
+        self._batches = True  # False against a server without the batch routes
+        threading.Thread(target=self._run, name="queuelog-answers", daemon=True).start()
+
+    def send(self, verb: str, job: dict[str, Any], item: dict[str, Any]) -> None:
+        """Complete or fail ``job``; raises the ``ProblemError`` or ``Unreachable`` it got."""
+        answer = Answer(verb, job, {"id": job["id"], "attempt": job["attempt"], **item},
+                        deadline=lease_deadline(job))
+        self._queue.put(answer)
+        answer.done.wait()
+        if answer.single:  # alone, through the single route: its own 4xx is its own
+            self._send_single(answer)
+        if answer.error is not None:
+            raise answer.error
+
+    def _send_single(self, answer: Answer) -> None:
+        answer.error = None
+        try:
+            if answer.verb == "complete":
+                self.client.complete(answer.job, answer.item.get("result"))
+            else:
+                self.client.fail(answer.job, answer.item["error"],
+                                 retry=answer.item.get("retry", True),
+                                 retry_in=answer.item.get("retry_in"))
+        except ClientError as exc:
+            answer.error = exc
+
+    def _run(self) -> None:
+        while True:
+            waiting = [self._queue.get()]
+            while len(waiting) < MAX_ITEMS:
+                try:
+                    waiting.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            for verb in OUTCOME:
+                group = [a for a in waiting if a.verb == verb]
+                if group:
+                    self._send(verb, group)
+
+    def _send(self, verb: str, group: list[Answer]) -> None:
+        send = self.client.complete_many if verb == "complete" else self.client.fail_many
+        while group:
+            if not self._batches:
+                return self._settle(group, single=True)
+            try:
+                results = send([a.item for a in group])
+            except ProblemError as exc:
+                if exc.status in (404, 405):   # an older server: every answer alone from now on
+                    self._batches = False
+                if not exc.transient:          # one item spoiled the batch: each goes alone
+                    return self._settle(group, single=True)
+                group = self._survivors(group, exc)
+                continue
+            except Unreachable as exc:
+                group = self._survivors(group, exc)
+                continue
+            for answer, result in zip(group, results):
+                if result.get("status") != 200:
+                    problem = ProblemError(int(result.get("status", 0)),
+                                           str(result.get("type")), str(result.get("detail", "")))
+                    # Refused now, but an earlier try whose answer was lost may have landed.
+                    landed = (problem.status == 409 and answer.tries > 0
+                              and self.client.outcome_of(answer.job) == OUTCOME[verb])
+                    answer.error = None if landed else problem
+                answer.done.set()
+            return None
+
+    def _survivors(self, group: list[Answer], exc: ClientError) -> list[Answer]:
+        """After a failed try: the answers worth another (after a pause); the rest get ``exc``."""
+        now = time.time()
+        alive = []
+        for answer in group:
+            answer.tries += 1
+            if now >= answer.deadline or self.client.closed:
+                answer.error = exc  # its lease is over: the job is someone else's now
+                answer.done.set()
+            else:
+                alive.append(answer)
+        if alive:
+            first = min(a.deadline for a in alive)
+            time.sleep(min(backoff(min(a.tries for a in alive) - 1), max(0.05, first - now)))
+        return alive
+
+    @staticmethod
+    def _settle(group: list[Answer], *, single: bool) -> None:
+        for answer in group:
+            answer.single = single
+            answer.done.set()

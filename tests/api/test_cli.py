@@ -1,0 +1,275 @@
+"""The command line: keys create/list/revoke, users create, init-db, purge, and the real script."""
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from queuelog import create_app
+
+
+@pytest.fixture
+def runner(app: Any) -> Any:
+    """Flask's CLI runner, bound to the test app."""
+    return app.test_cli_runner()
+
+
+def bearer(token: str) -> dict[str, str]:
+    """The Authorization header for a token."""
+    return {"Authorization": f"Bearer {token}"}
+
+
+def create_key(runner: Any, *args: str) -> str:
+    """Run ``keys create``; return the token from the last line of stdout."""
+    result = runner.invoke(args=["keys", "create", *args])
+    assert result.exit_code == 0, result.output
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_keys_create_prints_a_token_that_works(runner, client):
+    token = create_key(runner, "--name", "billing", "--role", "producer", "--types",
+                       "email,pdf", "--max-priority", "high")
+    assert token.startswith("ql_") and len(token) >= 43
+    resp = client.post("/jobs", json={"type": "pdf", "priority": "high"}, headers=bearer(token))
+    assert resp.status_code == 201 and resp.json["producer"] == "billing"
+    assert client.post("/jobs", json={"type": "sync"}, headers=bearer(token)).status_code == 403
+    assert client.post("/jobs", json={"type": "email", "priority": "critical"},
+                       headers=bearer(token)).status_code == 403
+
+
+def test_keys_create_defaults_to_medium_priority(runner, client):
+    token = create_key(runner, "--name", "billing", "--role", "producer")
+    assert client.post("/jobs", json={"type": "email", "priority": "medium"},
+                       headers=bearer(token)).status_code == 201
+    assert client.post("/jobs", json={"type": "email", "priority": "high"},
+                       headers=bearer(token)).status_code == 403
+
+
+def test_keys_create_refuses_bad_input(runner, store):
+    create_key(runner, "--name", "w", "--role", "worker")
+    for args in (["--name", "w", "--role", "worker"],          # active name taken
+                 ["--name", "x", "--role", "viewer"],          # not a key role
+                 ["--name", "x", "--role", "worker", "--types", "fax"],
+                 ["--name", "x", "--role", "producer", "--max-priority", "urgent"],
+                 ["--name", "", "--role", "worker"]):
+        result = runner.invoke(args=["keys", "create", *args])
+        assert result.exit_code != 0, args
+        assert "ql_" not in result.stdout
+    assert [k.name for k in store.accounts.list_keys()] == ["w"]
+
+
+def test_keys_list_shows_no_secrets(runner, store):
+    token = create_key(runner, "--name", "mailer-1", "--role", "worker", "--types", "email")
+    create_key(runner, "--name", "prom", "--role", "metrics")
+    runner.invoke(args=["keys", "revoke", "prom"])
+    result = runner.invoke(args=["keys", "list"])
+    assert result.exit_code == 0
+    assert "mailer-1" in result.output and "worker" in result.output and "email" in result.output
+    assert "revoked" in result.output and "active" in result.output
+    assert token not in result.output and token[3:20] not in result.output
+    assert store.accounts.list_keys()[0].token_hash not in result.output
+
+
+def test_keys_revoke_stops_the_token_at_once(runner, client):
+    token = create_key(runner, "--name", "mailer-1", "--role", "worker")
+    assert client.post("/jobs/claim", headers=bearer(token)).status_code == 204
+    result = runner.invoke(args=["keys", "revoke", "mailer-1"])
+    assert result.exit_code == 0
+    assert client.post("/jobs/claim", headers=bearer(token)).status_code == 401
+    again = runner.invoke(args=["keys", "revoke", "mailer-1"])
+    assert again.exit_code != 0
+    rotated = create_key(runner, "--name", "mailer-1", "--role", "worker")
+    assert client.post("/jobs/claim", headers=bearer(rotated)).status_code == 204
+
+
+def test_users_create_with_password_stdin(runner, client, store):
+    result = runner.invoke(args=["users", "create", "vera", "--role", "viewer",
+                                 "--password-stdin"], input="a long password\n")
+    assert result.exit_code == 0, result.output
+    assert "a long password" not in store.accounts.user("vera").password_hash
+    raw = base64.b64encode(b"vera:a long password").decode()
+    assert client.get("/jobs", headers={"Authorization": f"Basic {raw}"}).status_code == 200
+    for args, stdin in ((["users", "create", "vera", "--role", "viewer", "--password-stdin"],
+                         "another password\n"),                       # name taken
+                        (["users", "create", "bob", "--role", "viewer", "--password-stdin"],
+                         "\n"),                                        # empty password
+                        (["users", "create", "bob", "--role", "producer", "--password-stdin"],
+                         "a long password\n"),                         # not a user role
+                        (["users", "create", "a:b", "--role", "admin", "--password-stdin"],
+                         "a long password\n")):                        # ':' breaks Basic
+        assert runner.invoke(args=args, input=stdin).exit_code != 0, args
+    assert store.accounts.user("bob") is None
+
+
+def test_users_create_accepts_a_short_password_with_a_warning(runner, client, store):
+    result = runner.invoke(args=["users", "create", "sam", "--role", "admin",
+                                 "--password-stdin"], input="hunter2\n")
+    assert result.exit_code == 0, result.output
+    assert "warning" in result.output  # click's runner mixes stderr in
+    raw = base64.b64encode(b"sam:hunter2").decode()
+    assert client.get("/jobs", headers={"Authorization": f"Basic {raw}"}).status_code == 200
+
+
+def test_init_db_is_idempotent(runner, store):
+    for _ in range(2):
+        result = runner.invoke(args=["init-db"])
+        assert result.exit_code == 0, result.output
+    assert store.list_jobs().jobs == []
+
+
+def test_purge_deletes_old_finished_jobs(runner, client, producer, worker, admin, clock):
+    done = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    pending = client.post("/jobs", json={"type": "pdf"}, headers=producer).json
+    client.post("/jobs/claim", json={"types": ["email"]}, headers=worker)
+    client.post(f"/jobs/{done['id']}/complete", json={"attempt": 1}, headers=worker)
+    clock.advance(3 * 86_400)
+    result = runner.invoke(args=["purge", "--older-than", "7d"])
+    assert result.exit_code == 0 and "0" in result.output
+    clock.advance(5 * 86_400)
+    result = runner.invoke(args=["purge", "--older-than", "7d", "--status", "completed"])
+    assert result.exit_code == 0 and "1" in result.output
+    assert client.get(f"/jobs/{done['id']}", headers=admin).status_code == 404
+    assert client.get(f"/jobs/{pending['id']}", headers=admin).status_code == 200
+    bad = runner.invoke(args=["purge", "--older-than", "soon"])
+    assert bad.exit_code != 0
+
+
+def test_the_console_script_creates_a_working_key(tmp_path):
+    db = f"sqlite:///{tmp_path}/cli.sqlite3"
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": db, "QUEUELOG_SECRET_KEY": "cli-test"}
+    script = os.path.join(os.path.dirname(sys.executable), "queuelog")
+    command = [script] if os.path.exists(script) else ["queuelog"]
+    proc = subprocess.run([*command, "keys", "create", "--name", "ops", "--role", "admin"],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    token = proc.stdout.strip().splitlines()[-1]
+    assert token.startswith("ql_") and token not in proc.stderr
+    app = create_app({"DATABASE_URL": db, "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
+    try:
+        client = app.test_client()
+        assert client.get("/metrics", headers=bearer(token)).status_code == 200
+        assert client.get("/metrics", headers=bearer(token + "x")).status_code == 401
+    finally:
+        app.extensions["queuelog.store"].close()
+
+
+def test_first_admin_is_printed_by_init_db_not_by_other_commands(tmp_path):
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/first.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test"}
+    script = os.path.join(os.path.dirname(sys.executable), "queuelog")
+    command = [script] if os.path.exists(script) else ["queuelog"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([*command, *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    assert "password" not in run("--help").stderr
+    assert "password" not in run("keys", "create", "--name", "w", "--role", "worker").stderr
+    first = run("init-db").stderr
+    assert "created user 'admin' with password: " in first
+    assert "password" not in run("init-db").stderr  # shown once only
+
+
+def test_users_list_delete_and_set_password(runner, client, store, monkeypatch):
+    """People can be listed, locked out and given a new password from the command line."""
+    from queuelog.server import auth
+    now = [1000.0]  # the password cache's clock
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    ttl = client.application.config["AUTH_CACHE_SECONDS"] + 0.01
+    for name, role in (("vera", "viewer"), ("olga", "admin")):
+        assert runner.invoke(args=["users", "create", name, "--role", role, "--password-stdin"],
+                             input="first password\n").exit_code == 0
+    listed = runner.invoke(args=["users", "list"])
+    assert listed.exit_code == 0
+    assert [line.split() for line in listed.output.splitlines()[1:]] == [
+        ["olga", "admin"], ["vera", "viewer"]]
+    assert "pbkdf2" not in listed.output and "scrypt" not in listed.output  # no hashes
+
+    def status(name: str, password: str) -> int:
+        raw = base64.b64encode(f"{name}:{password}".encode()).decode()
+        return client.get("/jobs", headers={"Authorization": f"Basic {raw}"}).status_code
+
+    assert status("vera", "first password") == 200
+    changed = runner.invoke(args=["users", "set-password", "vera", "--password-stdin"],
+                            input="second password\n")
+    assert changed.exit_code == 0, changed.output
+    now[0] += ttl  # past AUTH_CACHE_SECONDS: the cached check of the old password ends
+    assert status("vera", "first password") == 401
+    assert status("vera", "second password") == 200
+
+    assert status("olga", "first password") == 200
+    assert runner.invoke(args=["users", "delete", "olga"]).exit_code == 0
+    now[0] += ttl
+    assert status("olga", "first password") == 401
+    assert store.accounts.user("olga") is None
+    for args in (["users", "delete", "olga"], ["users", "delete", "nobody"]):
+        assert runner.invoke(args=args).exit_code != 0, args
+    missing = runner.invoke(args=["users", "set-password", "nobody", "--password-stdin"],
+                            input="x password\n")
+    assert missing.exit_code != 0 and "No user named 'nobody'" in missing.output
+    empty = runner.invoke(args=["users", "set-password", "vera", "--password-stdin"], input="\n")
+    assert empty.exit_code != 0
+    assert status("vera", "second password") == 200
+
+
+def _files_under(root: str) -> set[str]:
+    return {os.path.relpath(os.path.join(d, f), root)
+            for d, _, files in os.walk(root) for f in files + [""]} - {"."}
+
+
+def _bare_install(tmp_path: Any) -> tuple[str, dict[str, str]]:
+    """A copy of the package alone (as on a worker host) and an environment that finds it."""
+    import shutil
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    site = tmp_path / "site"
+    shutil.copytree(os.path.join(root, "queuelog"), site / "queuelog",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("QUEUELOG_", "FLASK_"))}
+    env.update(PYTHONPATH=str(site), PYTHONDONTWRITEBYTECODE="1")
+    return str(site), env
+
+
+def test_help_and_version_load_no_app_and_create_no_file(tmp_path):
+    """``--help`` and ``--version`` are queuelog's own group: no app, no instance, no database."""
+    site, env = _bare_install(tmp_path)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    before = _files_under(str(tmp_path))
+
+    def run(*args: str) -> str:
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env, cwd=cwd,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "password" not in proc.stderr
+        return proc.stdout
+
+    listed = run("--help")
+    for command in ("init-db", "keys", "users", "purge", "run", "work"):
+        assert f"\n  {command} " in listed, command
+    for flask_only in ("routes", "shell", "--env-file", "--app"):
+        assert flask_only not in listed, flask_only
+    assert "Usage: queuelog " in listed
+    assert run("--version").strip() == f"queuelog, version {_version()}"
+    assert "Create a key" in run("keys", "--help")
+    assert "--token-file" in run("work", "--help")
+    assert _files_under(str(tmp_path)) == before
+    assert not os.path.exists(os.path.join(site, "instance"))
+
+
+def _version() -> str:
+    from importlib.metadata import version
+    return version("queuelog")
+
+
+def test_flask_app_cli_has_every_command(app):
+    """``flask --app app NAME`` reaches the same commands as ``queuelog NAME``."""
+    from queuelog.cli import main
+    assert set(main.commands) - {"run"} <= set(app.cli.commands)
+    for name in set(main.commands) - {"run"}:
+        assert app.cli.commands[name] is main.commands[name]

@@ -1,0 +1,151 @@
+"""Job types: GET /types, pausing and resuming, on SQLite and PostgreSQL."""
+from __future__ import annotations
+
+import json
+from typing import Any, Callable
+
+import pytest
+
+from helpers import problem
+from queuelog import create_app
+from queuelog.server.store import NewJob, Store
+
+
+def add(store: Store, type: str = "email", delay: float | None = None) -> int:
+    """Enqueue one job; return its id."""
+    job, _ = store.enqueue(NewJob("billing", type, json.dumps({"n": 1}), 0, 0,
+                                  delay_seconds=delay))
+    return job.id
+
+
+def by_name(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The ``types`` list of GET /types keyed by name."""
+    return {t["name"]: t for t in body["types"]}
+
+
+def test_types_lists_every_configured_type(client: Any, store: Store, clock: Any,
+                                           admin: dict[str, str]) -> None:
+    first = add(store, "email")
+    add(store, "email")
+    add(store, "email", delay=600)  # scheduled: not due, so not part of the queue's age
+    clock.advance(30)
+    job = store.claim("w", types=["email"])
+    assert job is not None and job.id == first
+    store.complete(job.id, "w", job.attempt)
+    failing = add(store, "pdf")
+    job = store.claim("w", types=["pdf"])
+    assert job is not None and job.id == failing
+    store.fail(job.id, "w", job.attempt, "boom", retry=False)
+    clock.advance(12)
+    resp = client.get("/types", headers=admin)
+    assert resp.status_code == 200
+    types = by_name(resp.get_json())
+    assert list(types) == ["email", "pdf", "sync"]
+    email = types["email"]
+    assert set(email) >= {"name", "paused", "counts", "oldest_pending_seconds",
+                          "completed_last_hour", "failed_last_hour"}
+    assert email["paused"] is False
+    assert email["counts"] == {"pending": 2, "running": 0, "completed": 1, "failed": 0,
+                               "cancelled": 0}
+    assert email["oldest_pending_seconds"] == pytest.approx(42.0)
+    assert (email["completed_last_hour"], email["failed_last_hour"]) == (1, 0)
+    assert (types["pdf"]["completed_last_hour"], types["pdf"]["failed_last_hour"]) == (0, 1)
+    assert types["pdf"]["oldest_pending_seconds"] == 0  # nothing pending
+    assert types["sync"]["counts"] == dict.fromkeys(email["counts"], 0)
+    clock.advance(3600)  # the hour has passed; the queue has only aged
+    email = by_name(client.get("/types", headers=admin).get_json())["email"]
+    assert (email["completed_last_hour"], email["failed_last_hour"]) == (0, 0)
+    assert email["oldest_pending_seconds"] == pytest.approx(3642.0)
+
+
+@pytest.mark.parametrize("config", [{"COUNT_CAP": 3}])
+def test_counts_stop_at_the_cap(client: Any, store: Store, admin: dict[str, str]) -> None:
+    for _ in range(5):
+        add(store, "sync")
+    sync = by_name(client.get("/types", headers=admin).get_json())["sync"]
+    assert sync["counts"]["pending"] == 3 and sync["count_cap"] == 3
+
+
+def test_who_may_read_types(client: Any, producer: dict[str, str], worker: dict[str, str],
+                            make_user: Callable[..., dict[str, str]],
+                            make_key: Callable[..., dict[str, str]]) -> None:
+    problem(client.get("/types"), 401)
+    for who in (make_user("vera", "viewer"), make_user("ada", "admin"),
+                make_key("prom", "metrics")):
+        assert client.get("/types", headers=who).status_code == 200
+    for who in (producer, worker):
+        problem(client.get("/types", headers=who), 403)
+
+
+def test_a_paused_type_is_never_claimed_but_accepts_jobs(
+        client: Any, store: Store, admin: dict[str, str], producer: dict[str, str],
+        make_key: Callable[..., dict[str, str]]) -> None:
+    emailer = make_key("mailer-2", "worker", types=["email"])
+    anyone = make_key("mailer-3", "worker")
+    resp = client.post("/types/email/pause", headers=admin)
+    assert resp.status_code == 200
+    assert resp.get_json()["name"] == "email" and resp.get_json()["paused"] is True
+    # Enqueues still succeed; the email job is older and first in claim order.
+    assert client.post("/jobs", json={"type": "email", "priority": "medium"},
+                       headers=producer).status_code == 201
+    assert client.post("/jobs", json={"type": "pdf"}, headers=producer).status_code == 201
+    assert client.post("/jobs/claim", json={}, headers=emailer).status_code == 204
+    claimed = client.post("/jobs/claim", json={}, headers=anyone)
+    assert claimed.status_code == 200 and claimed.get_json()["type"] == "pdf"
+    assert client.post("/jobs/claim", json={}, headers=anyone).status_code == 204
+    assert by_name(client.get("/types", headers=admin).get_json())["email"]["paused"] is True
+    resp = client.post("/types/email/resume", headers=admin)
+    assert resp.status_code == 200 and resp.get_json()["paused"] is False
+    claimed = client.post("/jobs/claim", json={}, headers=emailer)
+    assert claimed.status_code == 200 and claimed.get_json()["type"] == "email"
+
+
+def test_pause_is_idempotent_and_resume_of_a_running_type_is_harmless(
+        client: Any, store: Store, admin: dict[str, str]) -> None:
+    for _ in range(2):
+        assert client.post("/types/pdf/pause", headers=admin).get_json()["paused"] is True
+    assert store.paused().keys() == {"pdf"}
+    for _ in range(2):
+        assert client.post("/types/pdf/resume", headers=admin).get_json()["paused"] is False
+    assert store.paused() == {}
+
+
+def test_the_pause_is_kept_in_the_database(app: Any, client: Any, store: Store,
+                                           admin: dict[str, str], db_url: str) -> None:
+    client.post("/types/sync/pause", headers=admin)
+    add(store, "sync")
+    other = create_app({"TESTING": True, "DATABASE_URL": db_url, "SECRET_KEY": "other",
+                        "BOOTSTRAP_ADMIN": False})  # a restart, or another app server
+    try:
+        other_store: Store = other.extensions["queuelog.store"]
+        assert other_store.claim("w") is None
+        assert other_store.paused()["sync"][1] == "root"  # who paused it
+    finally:
+        other.extensions["queuelog.store"].close()
+
+
+def test_pause_errors(client: Any, store: Store, admin: dict[str, str],
+                      make_user: Callable[..., dict[str, str]], producer: dict[str, str],
+                      make_key: Callable[..., dict[str, str]]) -> None:
+    problem(client.post("/types/fax/pause", headers=admin), 404)
+    problem(client.post("/types/fax/resume", headers=admin), 404)
+    problem(client.post("/types/email/pause"), 401)
+    for who in (producer, make_user("vera", "viewer"), make_key("prom", "metrics")):
+        problem(client.post("/types/email/pause", headers=who), 403)
+    problem(client.post("/types/email/pause", json={"now": True}, headers=admin), 422)
+    ada = make_user("ada", "admin")
+    problem(client.post("/types/email/pause", data="x", headers=ada), 415)
+    assert store.paused() == {}
+    assert client.post("/types/email/pause", json={}, headers=ada).status_code == 200
+
+
+def test_a_batch_claim_skips_a_paused_type_too(client: Any, store: Store,
+                                               admin: dict[str, str],
+                                               worker: dict[str, str]) -> None:
+    paused = [add(store, "email") for _ in range(3)]
+    running = [add(store, "pdf") for _ in range(2)]
+    assert client.post("/types/email/pause", headers=admin).status_code == 200
+    got = client.post("/jobs/claim", json={"max_jobs": 10}, headers=worker)
+    assert got.status_code == 200
+    assert sorted(j["id"] for j in got.get_json()["jobs"]) == running
+    assert [store.get(i).status.value for i in paused] == ["pending"] * 3

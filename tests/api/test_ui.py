@@ -1,0 +1,570 @@
+"""The dashboard through the test client, on SQLite and PostgreSQL."""
+from __future__ import annotations
+
+import base64
+import json
+import re
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from werkzeug.security import generate_password_hash
+
+from queuelog.server.ui import queue as ui
+from queuelog.server.ui.charts import minute_chart, nice_ceiling
+from queuelog.model.jobs import Status
+from queuelog.server.store import NewJob, Store
+
+MARKER = "ERRMARK-7f3a"
+SCRIPT = '<script>alert("x")</script>'
+ALL_STATUSES = ["pending", "scheduled", "running", "completed", "failed", "cancelled"]
+
+
+def add(store: Store, type: str = "email", payload: dict[str, Any] | None = None,
+        priority: int = 0, delay: float | None = None, producer: str = "billing") -> int:
+    """Enqueue one job directly through the store; return its id."""
+    job, _ = store.enqueue(NewJob(producer, type, json.dumps(payload or {"n": 1}), priority,
+                                  3, delay_seconds=delay))
+    return job.id
+
+
+def run(store: Store, outcome: str, error: str = MARKER, retry: bool = False) -> int:
+    """Claim the next due job and finish it as ``outcome``; return its id."""
+    job = store.claim("mailer-1", lease_seconds=60)
+    assert job is not None
+    if outcome == "completed":
+        store.complete(job.id, "mailer-1", job.attempt, json.dumps({"ok": SCRIPT}))
+    elif outcome == "failed":
+        store.fail(job.id, "mailer-1", job.attempt, error, retry=retry)
+    return job.id
+
+
+@pytest.fixture
+def seeded(store: Store, clock: Any) -> dict[str, int]:
+    """One job in every state; failed attempts carry the error marker."""
+    ids = {}
+    ids["completed"] = add(store, payload={"html": SCRIPT})
+    run(store, "completed")
+    ids["failed"] = add(store)
+    run(store, "failed")
+    ids["retrying"] = add(store, "pdf")  # pending again, with a failed attempt in history
+    run(store, "failed", retry=True)
+    ids["running"] = add(store, "sync")
+    run(store, "running")
+    ids["cancelled"] = add(store)
+    store.cancel(ids["cancelled"])
+    ids["scheduled"] = add(store, delay=3600)
+    ids["pending"] = add(store, priority=20)
+    clock.advance(10)  # past the retry's backoff: only the delayed job is scheduled
+    return ids
+
+
+def person(store: Store, username: str, role: str) -> dict[str, str]:
+    """A user with a deliberately cheap hash (tests only; the app's hash is slow)."""
+    password = "correct horse battery"
+    store.accounts.create_user(username, generate_password_hash(password, "pbkdf2:sha256:1"),
+                               role)
+    raw = base64.b64encode(f"{username}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {raw}"}
+
+
+@pytest.fixture
+def viewer(store: Store) -> dict[str, str]:
+    """A viewer's Basic credentials."""
+    return person(store, "vera", "viewer")
+
+
+@pytest.fixture
+def admin_user(store: Store) -> dict[str, str]:
+    """An admin's Basic credentials."""
+    return person(store, "ada", "admin")
+
+
+def every_page(ids: dict[str, int]) -> list[str]:
+    """Every dashboard page for the seeded jobs, with each filter."""
+    pages = ["/ui/", "/ui/?type=email", "/ui/?priority=high", "/ui/?status=&type=&priority=",
+             "/ui/types"]
+    pages += [f"/ui/?status={s}" for s in ALL_STATUSES]
+    pages += [f"/ui/jobs/{i}" for i in ids.values()]
+    pages += [f"/ui/?before={max(ids.values())}", f"/ui/?after={min(ids.values())}"]
+    return pages
+
+
+def csrf_token(client: Any, job_id: int, headers: dict[str, str]) -> str:
+    """The hidden csrf_token of the admin forms on a job page."""
+    page = client.get(f"/ui/jobs/{job_id}", headers=headers)
+    match = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert match, "no CSRF token on the job page"
+    return match.group(1)
+
+
+def test_root_redirects_to_ui(client: Any, viewer: dict[str, str]) -> None:
+    resp = client.get("/", headers=viewer)
+    assert resp.status_code == 302 and resp.headers["Location"].endswith("/ui/")
+
+
+def test_every_page_renders_for_viewer_and_admin(client: Any, seeded: dict[str, int],
+                                                 viewer: dict[str, str],
+                                                 admin_user: dict[str, str]) -> None:
+    for who in (viewer, admin_user):
+        for page in every_page(seeded):
+            resp = client.get(page, headers=who)
+            assert resp.status_code == 200, page
+            assert resp.mimetype == "text/html"
+
+
+def test_viewer_pages_never_contain_error_text(client: Any, seeded: dict[str, int],
+                                              viewer: dict[str, str],
+                                              admin_user: dict[str, str]) -> None:
+    for page in every_page(seeded):
+        assert MARKER not in client.get(page, headers=viewer).text, page
+    # The marker is really there: admins see it in the table and on the job pages.
+    assert MARKER in client.get("/ui/?status=failed", headers=admin_user).text
+    for key in ("failed", "retrying"):
+        assert MARKER in client.get(f"/ui/jobs/{seeded[key]}", headers=admin_user).text
+
+
+def test_error_column_for_admins_only(client: Any, seeded: dict[str, int],
+                                      viewer: dict[str, str],
+                                      admin_user: dict[str, str]) -> None:
+    assert "<th>Error</th>" in client.get("/ui/", headers=admin_user).text
+    assert "<th>Error</th>" not in client.get("/ui/", headers=viewer).text
+
+
+def test_no_credentials_is_401_everywhere_even_for_posts(client: Any,
+                                                          seeded: dict[str, int]) -> None:
+    job = seeded["failed"]
+    for path in ("/", "/ui/", f"/ui/jobs/{job}", "/ui/jump?id=1"):
+        resp = client.get(path)
+        assert resp.status_code == 401 and "WWW-Authenticate" in resp.headers, path
+    for action in ("retry", "cancel"):  # 401 before the CSRF check, not 400
+        assert client.post(f"/ui/jobs/{job}/{action}").status_code == 401
+    bad = {"Authorization": "Basic dmVyYTp3cm9uZw=="}  # vera:wrong
+    assert client.get("/ui/", headers=bad).status_code == 401
+
+
+def test_roles(client: Any, seeded: dict[str, int], viewer: dict[str, str],
+               producer: dict[str, str], worker: dict[str, str],
+               admin: dict[str, str]) -> None:
+    for key in (producer, worker):
+        assert client.get("/ui/", headers=key).status_code == 403
+    assert client.get("/ui/", headers=admin).status_code == 200  # an admin API key
+    job = seeded["failed"]
+    assert client.post(f"/ui/jobs/{job}/retry", headers=viewer).status_code == 403
+
+
+def test_viewer_sees_no_admin_buttons(client: Any, seeded: dict[str, int],
+                                      viewer: dict[str, str]) -> None:
+    for job in seeded.values():
+        page = client.get(f"/ui/jobs/{job}", headers=viewer).text
+        assert "csrf_token" not in page and "<form method=\"post\"" not in page
+
+
+def test_retry_needs_a_valid_csrf_token(client: Any, store: Store, seeded: dict[str, int],
+                                        admin_user: dict[str, str]) -> None:
+    job = seeded["failed"]
+    url = f"/ui/jobs/{job}/retry"
+    assert client.post(url, headers=admin_user).status_code == 400
+    assert client.post(url, data={"csrf_token": "forged"}, headers=admin_user).status_code == 400
+    assert store.get(job).status is Status.FAILED
+    token = csrf_token(client, job, admin_user)
+    resp = client.post(url, data={"csrf_token": token}, headers=admin_user)
+    assert resp.status_code == 303 and resp.headers["Location"].endswith(f"/ui/jobs/{job}")
+    assert store.get(job).status is Status.PENDING
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f"Job #{job} is pending again" in page and "flash-ok" in page
+
+
+def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],
+                              admin_user: dict[str, str]) -> None:
+    job = seeded["pending"]
+    url = f"/ui/jobs/{job}/cancel"
+    assert client.post(url, headers=admin_user).status_code == 400
+    assert store.get(job).status is Status.PENDING
+    token = csrf_token(client, job, admin_user)
+    assert client.post(url, data={"csrf_token": token}, headers=admin_user).status_code == 303
+    assert store.get(job).status is Status.CANCELLED
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f"Job #{job} is cancelled." in page
+    # Cancelling again changes nothing and says why.
+    client.post(url, data={"csrf_token": token}, headers=admin_user)
+    assert "was not changed" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
+
+
+def test_cross_site_post_refused_even_with_token(client: Any, store: Store,
+                                                 seeded: dict[str, int],
+                                                 admin_user: dict[str, str]) -> None:
+    job = seeded["failed"]
+    token = csrf_token(client, job, admin_user)
+    resp = client.post(f"/ui/jobs/{job}/retry", data={"csrf_token": token},
+                       headers={**admin_user, "Sec-Fetch-Site": "cross-site"})
+    assert resp.status_code == 403
+    assert store.get(job).status is Status.FAILED
+
+
+def test_security_headers_on_pages_api_and_static(client: Any, seeded: dict[str, int],
+                                                  viewer: dict[str, str],
+                                                  admin: dict[str, str]) -> None:
+    responses = [client.get(p, headers=viewer) for p in ("/ui/", f"/ui/jobs/{seeded['failed']}",
+                                                          "/ui/?status=bogus", "/ui/jobs/999999")]
+    responses += [client.get("/ui/"), client.get("/jobs", headers=admin),
+                  client.get("/static/ui.css")]
+    for resp in responses:
+        csp = resp.headers["Content-Security-Policy"]
+        for part in ("default-src 'self'", "object-src 'none'", "base-uri 'none'",
+                     "frame-ancestors 'none'"):
+            assert part in csp
+        assert "unsafe-inline" not in csp
+        assert resp.headers["X-Content-Type-Options"] == "nosniff"
+        assert resp.headers["Referrer-Policy"] == "same-origin"
+        assert resp.headers["Cache-Control"] == "no-store"
+
+
+def test_pages_have_no_inline_script_or_style(client: Any, seeded: dict[str, int],
+                                              admin_user: dict[str, str]) -> None:
+    for page in every_page(seeded):
+        html = client.get(page, headers=admin_user).text
+        assert not re.search(r"<script(?![^>]*\bsrc=)", html), page
+        assert not re.search(r"\sstyle=|<style|\son[a-z]+=", html), page
+
+
+def test_static_assets_need_no_credentials(client: Any) -> None:
+    for asset in ("/static/ui.css", "/static/ui.js", "/static/favicon.svg"):
+        assert client.get(asset).status_code == 200
+
+
+def _walk(client: Any, headers: dict[str, str], url: str, link: str) -> list[list[int]]:
+    pages = []
+    while url:
+        html = client.get(url, headers=headers).text
+        pages.append([int(i) for i in re.findall(r'<td><a href="/ui/jobs/\d+">#(\d+)</a>', html)])
+        found = re.search(rf'<a rel="{link}" href="([^"]+)"', html)
+        url = found.group(1).replace("&amp;", "&") if found else ""
+    return pages
+
+
+def test_paging_visits_every_job_exactly_once(client: Any, store: Store,
+                                              viewer: dict[str, str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ui, "PAGE_SIZE", 5)
+    ids = [add(store, ("email", "pdf")[i % 2]) for i in range(23)]
+    pages = _walk(client, viewer, "/ui/", "next")
+    seen = [i for page in pages for i in page]
+    assert seen == sorted(ids, reverse=True) and len(pages) == 5
+    # From the last page back to the first via "newer": the same pages, reversed.
+    last = pages[-1][0] + 1
+    back = _walk(client, viewer, f"/ui/?before={last}", "prev")
+    assert back == pages[::-1]
+    # Filters stay in the links while paging.
+    emails = [i for page in _walk(client, viewer, "/ui/?type=email", "next") for i in page]
+    assert emails == sorted(ids[::2], reverse=True)
+
+
+def test_payloads_results_errors_and_names_are_escaped(client: Any, store: Store,
+                                                       admin_user: dict[str, str]) -> None:
+    job = add(store, payload={"body": SCRIPT}, producer='<img src=x onerror="alert(1)">')
+    run(store, "failed", error=f"boom {SCRIPT}")
+    for page in ("/ui/", f"/ui/jobs/{job}", "/ui/?type=" + quote(SCRIPT)):
+        html = client.get(page, headers=admin_user).text
+        assert SCRIPT not in html and "<img src=x" not in html, page
+        assert "&lt;script&gt;" in html or "&lt;img" in html, page
+
+
+def test_bad_filters_are_400(client: Any, viewer: dict[str, str]) -> None:
+    for query in ("status=bogus", "priority=urgent", "before=abc", "after=-1",
+                  "before=99999999999999999999", "type=" + "x" * 101, "type=a%00b"):
+        resp = client.get(f"/ui/?{query}", headers=viewer)
+        assert resp.status_code == 400 and "Bad filter" in resp.text, query
+
+
+def test_missing_job_is_a_404_page(client: Any, viewer: dict[str, str]) -> None:
+    resp = client.get("/ui/jobs/424242", headers=viewer)
+    assert resp.status_code == 404 and "No such job" in resp.text
+
+
+def test_jump_to_a_job(client: Any, seeded: dict[str, int], viewer: dict[str, str]) -> None:
+    resp = client.get(f"/ui/jump?id=%23{seeded['failed']}", headers=viewer)
+    assert resp.status_code == 303
+    assert resp.headers["Location"].endswith(f"/ui/jobs/{seeded['failed']}")
+    resp = client.get("/ui/jump?id=abc", headers=viewer, follow_redirects=True)
+    assert "must be a job id" in resp.text
+
+
+def test_counts_show_every_status_and_stop_at_the_cap(client: Any, store: Store,
+                                                      seeded: dict[str, int],
+                                                      viewer: dict[str, str]) -> None:
+    counts = store.count_by_status(100)
+    assert counts == {"pending": 3, "scheduled": 1, "running": 1, "completed": 1,
+                      "failed": 1, "cancelled": 1}
+    assert store.count_by_status(2)["pending"] == 3  # cap + 1 means "more than cap"
+    client.application.config["COUNT_CAP"] = 2
+    html = client.get("/ui/", headers=viewer).text
+    assert re.search(r"pending</span>\s*<strong>2\+</strong>", html)
+    assert re.search(r"scheduled</span>\s*<strong>1</strong>", html)
+
+
+def test_the_jobs_page_names_its_parts_for_screen_readers_and_keyboards(
+        client: Any, seeded: dict[str, int], viewer: dict[str, str]) -> None:
+    """One heading, a named table, the active filter marked, one Tab stop per job."""
+    html = client.get("/ui/?status=scheduled", headers=viewer).text
+    assert re.search(r'<h1 class="sr-only">Scheduled jobs</h1>', html)
+    assert '<caption class="sr-only">Jobs, newest first</caption>' in html
+    current = re.findall(r'<a class="count st-(\w+)[^"]*" aria-current="page"', html)
+    assert current == ["scheduled"]
+    assert re.search(r"scheduled</span>\s*<strong>1</strong><span class=\"of\"> of pending",
+                     html)
+    # the scheduled mark sits in the status cell, which phones still show
+    assert re.search(r'badge st-pending[^<]*</span> <span class="tag st-scheduled">', html)
+    row_links = re.findall(r'<td><a href="/ui/jobs/\d+"( tabindex="-1")?>', html)
+    assert row_links == ["", ' tabindex="-1"']  # the id is a stop, the type is not
+    bad = client.get("/ui/jump?id=abc", headers=viewer, follow_redirects=True).text
+    assert re.search(r'class="flash flash-error" role="alert"', bad)
+
+
+def test_scheduled_filter_lists_future_pending_jobs(client: Any, store: Store, clock: Any,
+                                                    seeded: dict[str, int],
+                                                    viewer: dict[str, str]) -> None:
+    html = client.get("/ui/?status=scheduled", headers=viewer).text
+    assert re.findall(r'<td><a href="/ui/jobs/\d+">#(\d+)</a>', html) == [str(seeded["scheduled"])]
+    clock.advance(3601)  # now due: no longer scheduled
+    assert "No jobs match" in client.get("/ui/?status=scheduled", headers=viewer).text
+
+
+def test_chart_counts_attempts_per_minute_over_the_last_hour(store: Store, clock: Any) -> None:
+    add(store)
+    run(store, "completed")        # 70 minutes before the end: outside the window
+    clock.advance(70 * 60)
+    for outcome in ("completed", "completed", "failed"):
+        add(store)
+        run(store, outcome)
+    clock.advance(125)             # two minutes later, one more completion
+    add(store)
+    run(store, "completed")
+    series = store.outcomes_per_minute(60)
+    assert len(series.completed) == len(series.failed) == 60
+    assert sum(series.completed) == 3 and sum(series.failed) == 1
+    assert series.completed[-1] == 1 and series.completed[-3] == 2 and series.failed[-3] == 1
+    assert series.start + 60 * series.bucket > clock() >= series.start + 59 * series.bucket
+
+
+def test_chart_svg_scales_to_the_busiest_minute(store: Store) -> None:
+    series = store.outcomes_per_minute(60)
+    series.completed[10], series.failed[10], series.completed[59] = 6, 1, 2
+    chart = minute_chart(series)
+    assert (chart.completed, chart.failed, len(chart.bars)) == (8, 1, 60)
+    tallest = chart.bars[10]
+    assert tallest.failed_y == pytest.approx(8 + (150 - 8 - 20) * (1 - 7 / 10))
+    assert "6 completed, 1 failed" in tallest.title
+    assert [nice_ceiling(v) for v in (0, 1, 3, 7, 11, 5000)] == [1, 1, 5, 10, 20, 5000]
+
+
+def test_chart_on_the_page(client: Any, seeded: dict[str, int], viewer: dict[str, str]) -> None:
+    html = client.get("/ui/", headers=viewer).text
+    assert html.count('<rect class="hit"') == 60
+    assert '<rect class="completed"' in html and '<rect class="failed"' in html
+    assert "1 completed, 2 failed" in html  # the seeded minute, in the bar's title
+
+
+# -- signing in: the password cache and the first admin ------------------------------
+
+def test_password_check_is_cached_briefly_then_a_removed_user_is_refused(
+        client: Any, store: Store, viewer: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import delete
+
+    from queuelog.server import auth
+    from queuelog.server.store.tables import users
+    now = [1000.0]
+    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    checks = []
+    real_check = auth.check_password_hash
+    monkeypatch.setattr(auth, "check_password_hash",
+                        lambda h, p: checks.append(1) or real_check(h, p))
+    for _ in range(3):
+        assert client.get("/ui/", headers=viewer).status_code == 200
+    assert len(checks) == 1  # one slow hash check for a page and the next views
+    cache = client.application.extensions["queuelog.password_cache"]
+    assert all(b"correct horse" not in k and len(k) == 32 for k in cache._entries)
+    with store.engine.begin() as conn:
+        conn.execute(delete(users).where(users.c.username == "vera"))
+    now[0] += client.application.config["AUTH_CACHE_SECONDS"] + 0.01
+    assert client.get("/ui/", headers=viewer).status_code == 401
+
+
+def test_first_admin_is_created_once_when_started_concurrently(
+        app: Any, store: Store, capsys: pytest.CaptureFixture[str]) -> None:
+    import threading
+
+    from queuelog.server import bootstrap_admin
+    app.config["BOOTSTRAP_ADMIN"] = True  # the test config turns it off for other tests
+    barrier = threading.Barrier(4)
+    passwords: list[str | None] = []
+
+    def start() -> None:
+        barrier.wait()
+        passwords.append(bootstrap_admin(app))
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    created = [p for p in passwords if p]
+    assert len(created) == 1 and len(passwords) == 4
+    assert capsys.readouterr().err.count("created user 'admin'") == 1
+    raw = base64.b64encode(f"admin:{created[0]}".encode()).decode()
+    page = app.test_client().get("/ui/", headers={"Authorization": f"Basic {raw}"})
+    assert page.status_code == 200 and '<span class="role">admin</span>' in page.text
+    assert bootstrap_admin(app) is None  # a later start creates no one
+
+
+def form_token(client: Any, path: str, headers: dict[str, str]) -> str:
+    """The hidden csrf_token of the first form on a page."""
+    match = re.search(r'name="csrf_token" value="([^"]+)"', client.get(path, headers=headers).text)
+    assert match, f"no CSRF token on {path}"
+    return match.group(1)
+
+
+def test_types_page(client: Any, store: Store, seeded: dict[str, int], viewer: dict[str, str],
+                    admin_user: dict[str, str]) -> None:
+    page = client.get("/ui/types", headers=viewer)
+    assert page.status_code == 200
+    for name in ("email", "pdf", "sync"):
+        assert f'href="/ui/?type={name}"' in page.text
+    assert "<form" not in page.text and MARKER not in page.text
+    page = client.get("/ui/types", headers=admin_user).text
+    assert "Pause email" in page and "Resume" not in page
+
+
+def test_pause_and_resume_from_the_types_page(client: Any, store: Store,
+                                              admin_user: dict[str, str],
+                                              viewer: dict[str, str]) -> None:
+    url = "/ui/types/email/pause"
+    assert client.post(url, headers=admin_user).status_code == 400  # no CSRF token
+    token = form_token(client, "/ui/types", admin_user)
+    assert client.post(url, data={"csrf_token": token}, headers=viewer).status_code == 403
+    assert client.post(url, data={"csrf_token": token},
+                       headers={**admin_user, "Sec-Fetch-Site": "cross-site"}).status_code == 403
+    assert store.paused() == {}
+    resp = client.post(url, data={"csrf_token": token}, headers=admin_user)
+    assert resp.status_code == 303 and resp.headers["Location"].endswith("/ui/types")
+    assert "email" in store.paused()
+    page = client.get("/ui/types", headers=admin_user).text
+    assert "Type email is paused" in page and "Resume email" in page
+    assert client.post("/ui/types/fax/pause", data={"csrf_token": token},
+                       headers=admin_user).status_code == 404
+    client.post("/ui/types/email/resume", data={"csrf_token": token}, headers=admin_user)
+    assert store.paused() == {}
+
+
+def test_audit_page_is_for_admins_and_pages(client: Any, store: Store, viewer: dict[str, str],
+                                            admin_user: dict[str, str]) -> None:
+    assert client.get("/ui/audit", headers=viewer).status_code == 403
+    assert 'href="/ui/audit"' not in client.get("/ui/", headers=viewer).text
+    for i in range(ui.PAGE_SIZE + 5):
+        store.set_paused("pdf", i % 2 == 0, f"op-{i}")
+    page = client.get("/ui/audit", headers=admin_user)
+    assert page.status_code == 200 and f"op-{ui.PAGE_SIZE + 4}" in page.text
+    assert "op-0<" not in page.text  # the oldest is on the next page
+    older = re.search(r'href="/ui/audit\?before=(\d+)"', page.text)
+    assert older
+    page = client.get(f"/ui/audit?before={older.group(1)}", headers=admin_user).text
+    assert "op-0<" in page and f"op-{ui.PAGE_SIZE + 4}<" not in page
+    assert client.get("/ui/audit?before=x", headers=admin_user).status_code == 400
+
+
+def test_retry_all_through_a_confirmation_page(client: Any, store: Store, clock: Any,
+                                               admin_user: dict[str, str],
+                                               viewer: dict[str, str]) -> None:
+    failed_ids = []
+    for _ in range(3):
+        add(store, "pdf")
+        failed_ids.append(run(store, "failed"))
+    other = add(store, "email")
+    run(store, "failed")
+    listing = client.get("/ui/?status=failed&type=pdf", headers=admin_user).text
+    assert "Retry all 3" in listing
+    assert "Retry all" not in client.get("/ui/?status=failed&type=pdf", headers=viewer).text
+    assert "/ui/bulk/" not in client.get("/ui/?status=completed", headers=admin_user).text
+    assert "/ui/bulk/" not in client.get("/ui/?type=pdf", headers=admin_user).text
+    confirm = client.get("/ui/bulk/retry?status=failed&type=pdf", headers=admin_user)
+    assert confirm.status_code == 200 and "Retry 3 jobs?" in confirm.text
+    assert store.get(failed_ids[0]).status is Status.FAILED  # looking changes nothing
+    assert client.get("/ui/bulk/retry?status=failed", headers=viewer).status_code == 403
+    assert client.get("/ui/bulk/retry?status=pending", headers=admin_user).status_code == 400
+    form = {"status": "failed", "type": "pdf"}
+    assert client.post("/ui/bulk/retry", data=form, headers=admin_user).status_code == 400
+    token = form_token(client, "/ui/bulk/retry?status=failed&type=pdf", admin_user)
+    assert client.post("/ui/bulk/retry", data={**form, "csrf_token": token},
+                       headers=viewer).status_code == 403
+    assert all(store.get(i).status is Status.FAILED for i in failed_ids)
+    resp = client.post("/ui/bulk/retry", data={**form, "csrf_token": token}, headers=admin_user)
+    assert resp.status_code == 303 and "status=failed" in resp.headers["Location"]
+    assert all(store.get(i).status is Status.PENDING for i in failed_ids)
+    assert store.get(other).status is Status.FAILED
+    assert "3 job(s) are pending again" in client.get(resp.headers["Location"],
+                                                      headers=admin_user).text
+
+
+def test_cancel_all_pending(client: Any, store: Store, admin_user: dict[str, str]) -> None:
+    held = add(store)
+    run(store, "running")
+    pending = [add(store, priority=10) for _ in range(2)] + [add(store)]
+    assert "Cancel all 2" in client.get("/ui/?status=pending&priority=medium",
+                                        headers=admin_user).text
+    confirm = client.get("/ui/bulk/cancel?status=pending&priority=medium", headers=admin_user)
+    assert "Cancel 2 jobs?" in confirm.text
+    token = form_token(client, "/ui/bulk/cancel?status=pending&priority=medium", admin_user)
+    client.post("/ui/bulk/cancel", data={"status": "pending", "priority": "medium",
+                                         "csrf_token": token}, headers=admin_user)
+    assert [store.get(i).status.value for i in pending] == ["cancelled"] * 2 + ["pending"]
+    assert store.get(held).status is Status.RUNNING
+
+
+def test_a_running_job_whose_lease_ran_out_is_marked(client: Any, store: Store, clock: Any,
+                                                     viewer: dict[str, str]) -> None:
+    job_id = add(store)
+    run(store, "running")  # a 60 s lease
+    assert "lease expired" not in client.get("/ui/", headers=viewer).text
+    assert "lease expired" not in client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+    clock.advance(61)
+    assert "lease expired" in client.get("/ui/", headers=viewer).text
+    assert "lease expired" in client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+
+
+def test_a_retried_pending_job_is_not_shown_as_held(client: Any, store: Store,
+                                                    admin_user: dict[str, str]) -> None:
+    job_id = add(store)
+    run(store, "failed")
+    store.retry(job_id)
+    page = client.get(f"/ui/jobs/{job_id}", headers=admin_user).text
+    assert "Last worker" in page and "(not held now)" in page and "Last claimed" in page
+    assert "<dt>Worker</dt>" not in page
+    listing = client.get("/ui/", headers=admin_user).text
+    row = re.search(rf'<tr>\s*<td><a href="/ui/jobs/{job_id}">.*?</tr>', listing, re.S)
+    assert row and "mailer-1" not in row.group(0)
+    run(store, "running")  # claimed again: now it is held
+    assert "<dt>Worker</dt><dd>mailer-1</dd>" in client.get(f"/ui/jobs/{job_id}",
+                                                            headers=admin_user).text
+
+
+def test_attempts_show_their_duration(client: Any, store: Store, clock: Any,
+                                      viewer: dict[str, str]) -> None:
+    job_id = add(store)
+    job = store.claim("mailer-1", lease_seconds=600)
+    assert job is not None
+    clock.advance(12.5)
+    assert "12.5 s so far" in client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+    store.fail(job_id, "mailer-1", job.attempt, "x", retry_in=0)
+    job = store.claim("mailer-1", lease_seconds=600)
+    assert job is not None
+    clock.advance(185)
+    store.complete(job_id, "mailer-1", job.attempt)
+    page = client.get(f"/ui/jobs/{job_id}", headers=viewer).text
+    assert ">12.5 s<" in page and ">3 min 05 s<" in page
+
+
+@pytest.mark.parametrize("us, text", [(0, "0 ms"), (850_000, "850 ms"), (1_000_000, "1.0 s"),
+                                      (59_940_000, "59.9 s"), (61_000_000, "1 min 01 s"),
+                                      (7_380_000_000, "2 h 03 min")])
+def test_duration_format(us: int, text: str) -> None:
+    assert ui._duration(us) == text

@@ -1,0 +1,344 @@
+"""The dashboard in a real browser: Debian's Chromium driven by Playwright, live server.
+
+Run alone with ``pytest -m browser``. Set ``QUEUELOG_DOCS_SCREENSHOT=docs/dashboard.png``
+to refresh the README's screenshot from the same run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import re
+import shutil
+import threading
+from typing import Any, Iterator
+
+import pytest
+from werkzeug.security import generate_password_hash
+from werkzeug.serving import make_server
+
+from queuelog import create_app
+from queuelog.model.jobs import Status
+from queuelog.server.store import NewJob, Store
+
+CHROMIUM = "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM),
+                                 reason=f"needs Debian's chromium at {CHROMIUM} "
+                                        "(apt-get install -y chromium; CI installs it)")]
+
+MARKER = "ERRMARK-browser"
+PASSWORD = "correct horse battery"
+VIEWER = {"username": "vera", "password": PASSWORD}
+ADMIN = {"username": "ada", "password": PASSWORD}
+TYPES = ("email", "pdf", "sync")
+ERRORS = ("SMTP 550: mailbox unavailable", "render timeout after 30 s",
+          "upstream returned HTTP 503")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+    """Launch the system Chromium; never a downloaded one (no ``playwright install``)."""
+    return {**browser_type_launch_args, "executable_path": CHROMIUM,
+            "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                     "--no-first-run", "--disable-background-networking",
+                     "--disable-component-update", "--disable-sync"]}
+
+
+class SteppedClock:
+    """The store's clock: seeding walks it through the last hour; then it stands still."""
+
+    def __init__(self, start: int) -> None:
+        self.now = start
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@dataclasses.dataclass
+class Live:
+    """A running dashboard: its base URL, store and some job ids by state."""
+
+    base: str
+    store: Store
+    ids: dict[str, list[int]]
+
+
+def seed(store: Store, clock: SteppedClock) -> dict[str, list[int]]:
+    """An hour of traffic (a few jobs a minute, some failing), then work in every state."""
+    ids: dict[str, list[int]] = {s.value: [] for s in Status}
+    n = 0
+
+    def enqueue(delay: float | None = None) -> int:
+        nonlocal n
+        n += 1
+        job, _ = store.enqueue(NewJob(
+            "billing" if n % 3 else "reports", TYPES[n % 3],
+            json.dumps({"to": f"user{n}@example.com", "template": "welcome",
+                        "note": "<script>alert(1)</script>"}), (n % 4) * 10, 3,
+            delay_seconds=delay))
+        return job.id
+
+    for minute in range(60):
+        per_minute = 3 + round(3 * math.sin(minute / 7) + 2 * math.sin(minute / 3) ** 2)
+        for i in range(per_minute):
+            enqueue()
+            job = store.claim(f"worker-{i % 4}", lease_seconds=300)
+            assert job is not None
+            if (minute * 7 + i) % 11 == 0:
+                store.fail(job.id, job.worker_id or "", job.attempt,
+                           f"{MARKER} {ERRORS[i % 3]} <script>x</script>", retry=False)
+                ids["failed"].append(job.id)
+            else:
+                store.complete(job.id, job.worker_id or "", job.attempt,
+                               json.dumps({"ok": True}))
+                ids["completed"].append(job.id)
+            clock.now += 60_000_000 // per_minute
+    for i in range(3):
+        job_id = enqueue()
+        store.claim(f"worker-{i}", lease_seconds=600)
+        ids["running"].append(job_id)
+    for _ in range(2):
+        job_id = enqueue()
+        store.cancel(job_id)
+        ids["cancelled"].append(job_id)
+    ids["pending"] = [enqueue(delay=1800) for _ in range(2)] + [enqueue() for _ in range(6)]
+    return ids
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """A seeded SQLite dashboard served by werkzeug on a free port, in a thread."""
+    folder = tmp_path_factory.mktemp("live")
+    app = create_app({"DATABASE_URL": f"sqlite:///{folder}/queuelog.sqlite3",
+                      "SECRET_KEY": "browser-test", "BOOTSTRAP_ADMIN": False,
+                      "SQLITE_SYNCHRONOUS": "OFF", "AUTH_CACHE_SECONDS": 60})
+    store: Store = app.extensions["queuelog.store"]
+    clock = SteppedClock(store.clock() - 3600 * 1_000_000)
+    store.clock = clock
+    ids = seed(store, clock)
+    for user, role in ((VIEWER, "viewer"), (ADMIN, "admin")):
+        # A cheap hash keeps the test fast; the app's own hash is deliberately slow.
+        store.accounts.create_user(user["username"], generate_password_hash(
+            user["password"], "pbkdf2:sha256:1"), role)
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Live(f"http://127.0.0.1:{server.server_port}", store, ids)
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+        store.close()
+
+
+@pytest.fixture
+def problems() -> list[str]:
+    """Console errors, page errors and CSP violations seen by the test's pages."""
+    return []
+
+
+@pytest.fixture
+def open_as(browser: Any, problems: list[str]) -> Iterator[Any]:
+    """Open a signed-in browser page for a user; every console error is recorded."""
+    contexts = []
+
+    def open_page(user: dict[str, str]) -> Any:
+        context = browser.new_context(http_credentials=user,
+                                      viewport={"width": 1280, "height": 900})
+        # Report CSP violations explicitly, in case Chromium's console wording changes.
+        context.add_init_script("document.addEventListener('securitypolicyviolation', e => "
+                                "console.error('CSP violation: ' + e.violatedDirective));")
+        contexts.append(context)
+        page = context.new_page()
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        return page
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+@pytest.fixture(autouse=True)
+def screenshots_on_failure(request: pytest.FixtureRequest, browser: Any, live: Live,
+                           tmp_path: Any) -> Iterator[None]:
+    """When the test fails, save /ui/ and a job page under the test's tmp dir."""
+    failed_before = request.session.testsfailed
+    yield
+    if request.session.testsfailed == failed_before:
+        return
+    context = browser.new_context(http_credentials=VIEWER,
+                                  viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    for name, path in (("ui", "/ui/"), ("job", f"/ui/jobs/{live.ids['failed'][0]}")):
+        page.goto(live.base + path)
+        page.screenshot(path=str(tmp_path / f"{name}.png"), full_page=True)
+    context.close()
+    print(f"screenshots saved in {tmp_path}")
+
+
+def test_viewer_filters_to_failed_jobs_and_sees_no_error_text(live: Live, open_as: Any,
+                                                              problems: list[str]) -> None:
+    page = open_as(VIEWER)
+    page.goto(live.base + "/ui/")
+    page.select_option("select[name=status]", "failed")
+    page.click(".filters button[type=submit]")
+    page.wait_for_url(re.compile(r"status=failed"))
+    badges = page.locator("table.jobs tbody .badge").all_inner_texts()
+    assert badges and set(badges) == {"failed"}
+    assert MARKER not in page.content()
+    page.locator("table.jobs tbody tr a").first.click()
+    page.wait_for_url(re.compile(r"/ui/jobs/\d+$"))
+    assert page.locator(".job-head .badge").inner_text() == "failed"
+    text = page.inner_text("main").lower()  # headings are upper-cased by the stylesheet
+    assert "payload" in text and "attempts" in text and "error" not in text
+    html = page.content()
+    assert MARKER not in html and "SMTP 550" not in html
+    assert page.locator("form[method=post]").count() == 0  # no admin buttons
+    assert problems == []
+
+
+def test_admin_retries_a_failed_job_with_the_button(live: Live, open_as: Any,
+                                                    problems: list[str]) -> None:
+    job_id = live.ids["failed"][-1]
+    page = open_as(ADMIN)
+    page.goto(f"{live.base}/ui/jobs/{job_id}")
+    assert MARKER in page.inner_text(".error-card")  # admins do see the error
+    page.click("button:has-text('Retry')")
+    page.wait_for_selector(".flash-ok")
+    assert f"Job #{job_id} is pending again" in page.inner_text(".flash-ok")
+    assert page.locator(".job-head .badge").inner_text() == "pending"
+    assert live.store.get(job_id).status is Status.PENDING
+    assert page.locator("button:has-text('Cancel')").count() == 1  # now cancellable
+    assert problems == []
+
+
+def test_no_csp_violation_or_console_error_on_any_page(live: Live, open_as: Any,
+                                                       problems: list[str],
+                                                       tmp_path: Any) -> None:
+    page = open_as(ADMIN)
+    paths = ["/", "/ui/?status=scheduled", "/ui/?type=pdf&priority=high",
+             f"/ui/?before={live.ids['completed'][40]}"]
+    paths += [f"/ui/jobs/{ids[0]}" for ids in live.ids.values() if ids]
+    for path in paths:
+        page.goto(live.base + path)
+        assert page.locator("main").count() == 1, path
+    page.goto(live.base + "/ui/")
+    assert page.locator(".chart rect.completed").count() > 30  # the chart drew
+    refresh = page.locator("#autorefresh")
+    assert refresh.is_visible()  # the static script ran and revealed the toggle
+    refresh.check()
+    assert page.evaluate("localStorage.getItem('queuelog.autorefresh')") == "1"
+    refresh.uncheck()
+    page.fill("input[name=id]", str(live.ids["running"][0]))
+    page.click(".jump button")
+    page.wait_for_url(re.compile(rf"/ui/jobs/{live.ids['running'][0]}$"))
+    assert problems == []
+    page.goto(live.base + "/ui/")
+    page.screenshot(path=str(tmp_path / "dashboard.png"))
+    target = os.environ.get("QUEUELOG_DOCS_SCREENSHOT")
+    if target:
+        shutil.copyfile(tmp_path / "dashboard.png", target)
+
+
+def test_auto_refresh_waits_while_someone_types(live: Live, open_as: Any,
+                                                problems: list[str]) -> None:
+    """The page reloads every 10 s when asked, but never under a half-typed job id."""
+    page = open_as(ADMIN)
+    page.clock.install()  # page timers run on a clock the test moves: no sleeping
+    page.goto(live.base + "/ui/")
+    page.locator("#autorefresh").check()
+    page.evaluate("window.__before_reload = true")
+    box = page.locator("input[name=id]")
+    box.fill("4")  # focused and half-typed
+    page.clock.run_for(25_000)
+    assert page.evaluate("window.__before_reload === true")  # no reload
+    assert box.input_value() == "4"
+    page.locator("h2").first.click()  # focus leaves the box
+    with page.expect_navigation():
+        page.clock.run_for(11_000)
+    assert page.evaluate("window.__before_reload === undefined")  # reloaded
+    page.locator("#autorefresh").uncheck()  # the choice persists: leave it off
+    assert problems == []
+
+
+def test_at_1400_px_the_job_table_fits_and_shows_the_error_column(
+        live: Live, browser: Any, problems: list[str]) -> None:
+    """No sideways scrolling and no error cell cut off, with a long error text too."""
+    job, _ = live.store.enqueue(NewJob("billing", "long-error", "{}", 0, 0))
+    claimed = live.store.claim("worker-long", lease_seconds=60, types=["long-error"])
+    assert claimed is not None and claimed.id == job.id
+    live.store.fail(job.id, "worker-long", claimed.attempt,
+                    f"{MARKER} " + "Traceback: a very long error line without breaks_" * 12,
+                    retry=False)
+    context = browser.new_context(http_credentials=ADMIN, viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        for path in ("/ui/", "/ui/?status=failed"):
+            page.goto(live.base + path)
+            box = page.evaluate("""() => {
+                const s = document.querySelector('.table-card .scroll');
+                const cells = [...document.querySelectorAll('table.jobs .error-cell')];
+                return {scroll: s.scrollWidth, client: s.clientWidth,
+                        page: document.documentElement.scrollWidth, view: window.innerWidth,
+                        right: Math.max(...cells.map(c => c.getBoundingClientRect().right)),
+                        narrowest: Math.min(...cells.map(c => c.getBoundingClientRect().width))};
+            }""")
+            assert box["scroll"] <= box["client"], (path, box)      # no sideways scroll
+            assert box["page"] <= box["view"], (path, box)
+            assert box["right"] <= box["view"], (path, box)          # the column is not cut
+            assert box["narrowest"] >= 150, (path, box)              # and has room to read
+        assert MARKER in page.inner_text("table.jobs")
+    finally:
+        context.close()
+        live.store.retry(job.id)  # leave the module's data as other tests expect it
+        live.store.cancel(job.id)
+
+
+def test_admin_pauses_a_type_and_reads_the_audit_log(live: Live, open_as: Any,
+                                                     problems: list[str]) -> None:
+    page = open_as(ADMIN)
+    page.goto(live.base + "/ui/types")
+    assert page.locator("table.types tbody tr").count() == len(TYPES)
+    page.click("button:has-text('Pause sync')")
+    page.wait_for_selector(".flash-ok")
+    assert "sync" in live.store.paused()
+    assert page.locator("button:has-text('Resume sync')").count() == 1
+    page.click("nav.pages a:has-text('Audit')")
+    page.wait_for_url(re.compile(r"/ui/audit$"))
+    first = page.locator("table.audit tbody tr").first.inner_text()
+    assert "type.pause" in first and ADMIN["username"] in first and "sync" in first
+    page.goto(live.base + "/ui/types")
+    page.click("button:has-text('Resume sync')")
+    page.wait_for_selector(".flash-ok")
+    assert live.store.paused() == {}
+    assert problems == []
+
+
+def test_admin_retries_all_failed_pdf_jobs_after_confirming(live: Live, open_as: Any,
+                                                            problems: list[str]) -> None:
+    page = open_as(ADMIN)
+    failed_pdf = [i for i in live.ids["failed"] if live.store.get(i).type == "pdf"
+                  and live.store.get(i).status is Status.FAILED]
+    assert failed_pdf
+    page.goto(live.base + "/ui/?status=failed&type=pdf")
+    page.click("a.bulk-retry")
+    page.wait_for_url(re.compile(r"/ui/bulk/retry\?"))
+    assert f"Retry {len(failed_pdf)} job" in page.inner_text("h1")
+    page.click("button:has-text('Retry all')")
+    page.wait_for_selector(".flash-ok")
+    assert f"{len(failed_pdf)} job(s) are pending again" in page.inner_text(".flash-ok")
+    assert all(live.store.get(i).status is Status.PENDING for i in failed_pdf)
+    assert problems == []
+
+
+def test_viewer_sees_types_but_no_buttons_nor_audit(live: Live, open_as: Any,
+                                                    problems: list[str]) -> None:
+    page = open_as(VIEWER)
+    page.goto(live.base + "/ui/types")
+    assert page.locator("form").count() == 0
+    assert page.locator("nav.pages a:has-text('Audit')").count() == 0
+    assert page.goto(live.base + "/ui/audit").status == 403
+    assert [p for p in problems if "403" not in p] == []
