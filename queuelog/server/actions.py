@@ -1,34 +1,34 @@
-"""The service layer: one verb per thing a person or program can do.
+"""The service layer: one verb per thing a person or program can do, and its rules.
 
-Each verb authorizes, calls the store with the actor (the store writes the audit event in
-the change's own transaction), wakes long polls when jobs may have become due, and counts
-its events for the metrics (so the single and the batch routes count alike). The
-API, the dashboard and the command line all call these, so a rule is written once: who
-may retry or cancel what, that error text is for admins only, that admin changes are
-audited. The command line acts as ``cli``.
+Each verb authorizes (a key's types and max priority, the revoked-key re-check, who may
+retry or cancel what, admins only), calls the store (which writes an audit event, when the
+verb is audited, in the change's own transaction), wakes long polls when jobs may have
+become due (``longpoll.wake``), and counts its events for the metrics, so the single and
+the batch routes count alike. The API, the dashboard and the command line all call these,
+so a rule is written once. The command line acts as ``cli``.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 from collections import Counter
-from typing import Any, Sequence
+from typing import Callable, Sequence
 
+from flask import current_app
+
+from queuelog.model.jobs import Job, Priority, Status
+from queuelog.model.problems import Conflict, Forbidden, JobNotFound, QueuelogError
 from queuelog.server import metrics
-from queuelog.server.auth import Principal
-from queuelog.model.problems import Forbidden, JobNotFound, QueuelogError
-from queuelog.model.jobs import Job, Status
-from queuelog.server.store import ALL, ApiKey, Event, NewJob, Scope, TypeSummary, get_store
-from queuelog.server.store.audit import ACTIONS
+from queuelog.server.auth import Principal, is_system_name
+from queuelog.server.longpoll import PollResult, long_polls, wake
+from queuelog.server.sanitize import sanitize_error
+from queuelog.server.store import (ALL, ApiKey, Event, NewJob, Page, Scope, TypeSummary,
+                                   get_store)
 
-AUDIT_ACTIONS = ACTIONS     # the audit log's action names, for the views that filter on them
-CLI = "cli"                # the actor of every change made from the command line
-RETENTION = "retention"    # the actor of automatic purges
+CLI = "cli"  # the actor of every change made from the command line (a system name: auth)
 
-
-def _wake() -> None:
-    # Imported here: the API package imports this module for job_view.
-    from queuelog.server.api import notify
-    notify()
+Refusals = list[dict[str, str]]
 
 
 def _admin(who: Principal) -> None:
@@ -55,40 +55,107 @@ def visible(job: Job, who: Principal) -> Job:
     return dataclasses.replace(job, error=None, attempts=attempts)
 
 
-def job_view(job: Job, who: Principal) -> dict[str, Any]:
-    """A job as JSON for ``who``: error text for admins, the idempotency key for its owner."""
-    return visible(job, who).to_dict(
-        show_error=who.is_admin,
-        show_key=who.is_admin or (who.role == "producer" and job.producer == who.name))
+def get_job(who: Principal, job_id: int) -> Job:
+    """One job with its history, if ``who`` may see it (404 otherwise)."""
+    return visible(get_store().get(job_id, scope_of(who)), who)
+
+
+def list_jobs(who: Principal, *, status: Status | None, type: str | None,
+              priority: int | None, limit: int, before: int | None) -> Page:
+    """A newest-first page of the jobs ``who`` may see (error text as ``visible``)."""
+    page = get_store().list_jobs(scope=scope_of(who), status=status, type=type,
+                                 priority=priority, limit=limit, before=before)
+    return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
 
 
 # -- the queue's hot path: producers and workers -------------------------------------------
-# The views have checked the body and the key's limits (types, priority: 403 per field).
-def enqueue(new: NewJob) -> tuple[Job, bool]:
-    """Add a job; return it and whether it is new (False: an idempotent replay)."""
-    job, created = get_store().enqueue(new)
+def enqueue(who: Principal, new: NewJob) -> tuple[Job, bool]:
+    """Add a job as ``who`` (403 past its key's limits); return it and whether it is new
+    (False: an idempotent replay)."""
+    refusals = _limits(who, new, "")
+    if refusals:
+        raise Forbidden(refusals[0]["detail"])
+    job, created = get_store().enqueue(_own(who, new))
     if created:  # a replay is no new job: no wake-up, no count
-        _wake()
+        wake()
         metrics.jobs_enqueued(job.type)
     return job, created
 
 
-def enqueue_many(news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
-    """Add many jobs, all or nothing; return them and the indexes of idempotent replays."""
-    jobs, replayed = get_store().enqueue_many(news)
+def enqueue_many(who: Principal, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
+    """Add many jobs as ``who``, all or nothing (403 naming every item past the key's
+    limits); return them and the indexes of idempotent replays."""
+    refusals = [r for i, new in enumerate(news) for r in _limits(who, new, f"jobs[{i}]")]
+    if refusals:
+        raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in refusals),
+                        errors=refusals)
+    jobs, replayed = get_store().enqueue_many([_own(who, new) for new in news])
     skip = set(replayed)
     fresh = Counter(job.type for i, job in enumerate(jobs) if i not in skip)
     if fresh:
-        _wake()
+        wake()
     for job_type, n in fresh.items():
         metrics.jobs_enqueued(job_type, n)
     return jobs, replayed
 
 
+def _limits(who: Principal, new: NewJob, prefix: str) -> Refusals:
+    """What a producer key's limits refuse in ``new`` (its types, its max priority)."""
+    if who.role != "producer":
+        return []
+    at = f"{prefix}." if prefix else ""
+    out: Refusals = []
+    if who.types is not None and new.type not in who.types:
+        out.append({"field": at + "type",
+                    "detail": f"This key may not enqueue jobs of type {new.type!r}."})
+    if new.priority > who.max_priority:
+        out.append({"field": at + "priority", "detail":
+                    f"This key may not enqueue at priority "
+                    f"{Priority.from_value(new.priority).label!r} (its maximum is "
+                    f"{Priority.from_value(who.max_priority).label!r})."})
+    return out
+
+
+def _own(who: Principal, new: NewJob) -> NewJob:
+    """``new`` as ``who``'s job, with the hash its idempotency key is checked against."""
+    digest = None if new.idempotency_key is None else request_hash(new)
+    return dataclasses.replace(new, producer=who.name, request_hash=digest)
+
+
+def request_hash(new: NewJob) -> str:
+    """What makes two enqueues with one idempotency key the same request (SHA-256)."""
+    # The stored payload is compact JSON in the client's key order: parsed again so the
+    # hash is sorted, as every hash stored so far was.
+    delay = new.delay_seconds
+    return hashlib.sha256(json.dumps(
+        # delay_seconds omitted, 0 and 0.0 all mean "now"; 5 and 5.0 are one number.
+        [new.type, json.loads(new.payload_json), new.priority, new.max_retries, new.run_at,
+         float(delay) if delay else None],
+        sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
-          types: Sequence[str] | None = None) -> list[Job]:
-    """Claim up to ``max_jobs`` due jobs now (the long poll calls this until one is due)."""
-    return get_store().claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
+          types: Sequence[str] | None = None, wait: float = 0,
+          connected: Callable[[], bool] = lambda: True) -> PollResult[Job]:
+    """Claim up to ``max_jobs`` due jobs of the types ``who`` may claim; with ``wait``,
+    look again until one is due, while the key is still active and ``connected``."""
+    if types is not None and who.types is not None and not set(types) <= set(who.types):
+        raise Forbidden("This key may not claim some of these types.")
+    if types is None and who.types is not None:
+        types = list(who.types)
+    store = get_store()
+
+    def try_claim() -> list[Job]:
+        # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
+        return store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
+
+    def still_wanted() -> bool:
+        # A key revoked while its claim waits must not get a job it could never complete,
+        # nor a client that went away (a stopped worker): nobody would receive the job.
+        return connected() and who.token is not None \
+            and store.accounts.key_for_token(who.token) is not None
+
+    return long_polls().claim(try_claim, wait, still_wanted)
 
 
 def heartbeat(who: Principal, job_id: int, attempt: int, *,
@@ -114,18 +181,27 @@ def complete_many(who: Principal, items: Sequence[tuple[int, int, str | None]],
 
 def fail(who: Principal, job_id: int, attempt: int, error: str, *, retry: bool = True,
          retry_in: float | None = None) -> Job:
-    """Fail a held attempt: back to pending after backoff, or failed for good."""
-    job = get_store().fail(job_id, who.name, attempt, error, retry=retry, retry_in=retry_in)
+    """Fail a held attempt: back to pending after backoff, or failed for good. The raw
+    ``error`` is sanitized only once the attempt is fenced (V-10)."""
+    job = get_store().fail(job_id, who.name, attempt, error, retry=retry, retry_in=retry_in,
+                           clean=_sanitizer())
     _finished([job], "failed")
     return job
 
 
 def fail_many(who: Principal, items: Sequence[tuple[int, int, str, bool, float | None]],
               ) -> list[Job | QueuelogError]:
-    """Fail many held attempts; each item a job or its refusal (only jobs count)."""
-    done = get_store().fail_many(who.name, items)
+    """Fail many held attempts; each item a job or its refusal (only jobs count). An
+    item's error text is sanitized only if its fencing passed: a stale item costs none."""
+    done = get_store().fail_many(who.name, items, clean=_sanitizer())
     _finished(done, "failed")
     return done
+
+
+def _sanitizer() -> Callable[[str], str]:
+    """Worker error text made safe to store: secrets redacted, cut to MAX_ERROR_BYTES."""
+    limit = int(current_app.config["MAX_ERROR_BYTES"])
+    return lambda text: sanitize_error(text, limit)
 
 
 def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
@@ -135,7 +211,7 @@ def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
     for job in jobs:
         metrics.attempt_finished(job.type, outcome)
     if any(job.status is Status.PENDING for job in jobs):
-        _wake()
+        wake()
 
 
 # -- jobs -------------------------------------------------------------------------------
@@ -143,7 +219,7 @@ def retry(who: Principal, job_id: int) -> Job:
     """Admin: a failed or cancelled job back to pending with fresh retries (audited)."""
     _admin(who)
     job = get_store().retry(job_id, actor=who.name)
-    _wake()
+    wake()
     return job
 
 
@@ -162,7 +238,7 @@ def bulk_retry(who: Principal, *, ids: Sequence[int] | None = None,
     count = get_store().bulk_retry(who.name, ids=ids, statuses=statuses, type=type,
                                    priority=priority)
     if count:
-        _wake()
+        wake()
     return count
 
 
@@ -196,7 +272,7 @@ def set_paused(who: Principal, job_type: str, paused: bool, types: Sequence[str]
     store = get_store()
     store.set_paused(job_type, paused, who.name)
     if not paused:
-        _wake()  # its due jobs can be claimed again
+        wake()  # its due jobs can be claimed again
     return store.type_summaries([job_type], cap)[0]
 
 
@@ -217,7 +293,9 @@ def purge_audit(actor: str, older_than_seconds: int) -> int:
 # -- keys and users (the command line; ``actor`` is ``cli``) ------------------------------
 def create_key(actor: str, name: str, role: str, *, types: list[str] | None,
                max_priority: int) -> tuple[ApiKey, str]:
-    """Create an API key; return it and its token (never recorded)."""
+    """Create an API key; return it and its token (never recorded). A system name is
+    refused (409), so no key can act in the audit log as the system."""
+    _not_a_system_name(name)
     return get_store().accounts.create_key(name, role, types=types, max_priority=max_priority,
                                            actor=actor)
 
@@ -228,7 +306,9 @@ def revoke_key(actor: str, name: str) -> bool:
 
 
 def create_user(actor: str, username: str, password_hash: str, role: str) -> None:
-    """Add a person (the password hash is stored, never recorded)."""
+    """Add a person (the password hash is stored, never recorded); a system name is
+    refused (409), as for keys."""
+    _not_a_system_name(username)
     get_store().accounts.create_user(username, password_hash, role, actor=actor)
 
 
@@ -240,3 +320,10 @@ def delete_user(actor: str, username: str) -> bool:
 def set_password(actor: str, username: str, password_hash: str) -> bool:
     """Replace a person's password; False if there is none of that name."""
     return get_store().accounts.set_password(username, password_hash, actor=actor)
+
+
+def _not_a_system_name(name: str) -> None:
+    """Refuse a key or user name the system acts under (``cli``, ``retention``, ...)."""
+    if is_system_name(name):
+        raise Conflict(f"The name {name!r} is reserved: the system acts under it in the "
+                       "audit log (cli, retention, schedule:...). Choose another name.")

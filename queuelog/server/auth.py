@@ -10,6 +10,7 @@ import time
 from functools import wraps
 from typing import Any, Callable, TypeVar
 
+from cachetools import TTLCache
 from flask import Flask, current_app, request
 from flask_httpauth import HTTPBasicAuth, HTTPTokenAuth, MultiAuth
 from werkzeug.security import check_password_hash, generate_password_hash
@@ -25,6 +26,11 @@ KEY_ROLES = ("producer", "worker", "admin", "metrics")
 USER_ROLES = ("viewer", "admin")
 READERS = ("producer", "worker", "viewer", "admin")
 REALM = "queuelog"
+# The names the system acts under in the audit log: the command line (actions.CLI),
+# automatic purges (retention.py) and schedules ("schedule:<name>"). No key or user may
+# have one (contract), compared without case or outer blanks, as "CLI" reads as the system.
+SYSTEM_NAMES = frozenset({"cli", "retention"})
+SYSTEM_PREFIX = "schedule:"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -38,6 +44,9 @@ class Principal:
     kind: str                       # "key" or "user"
     types: tuple[str, ...] | None = None
     max_priority: int = 10
+    # A key's own token, so a waiting claim can re-check that the key is still active
+    # (actions.claim). Kept out of repr and comparisons: it is a secret.
+    token: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def is_admin(self) -> bool:
@@ -45,57 +54,51 @@ class Principal:
         return self.role == "admin"
 
 
-class _CaseInsensitiveToken(HTTPTokenAuth):
-    # flask-httpauth's MultiAuth matches the scheme case-sensitively; RFC 9110 says not.
+def is_system_name(name: str) -> bool:
+    """Whether ``name`` is one the system acts under (``SYSTEM_NAMES``, ``schedule:...``)."""
+    folded = name.strip().casefold()
+    return folded in SYSTEM_NAMES or folded.startswith(SYSTEM_PREFIX)
+
+
+def _scheme() -> str | None:
+    """The Authorization header's scheme, lower case (werkzeug parses it), else None."""
+    given = request.authorization
+    return None if given is None else given.type
+
+
+class _Token(HTTPTokenAuth):
+    # werkzeug parses the header (scheme names in any case, RFC 9110); flask-httpauth's
+    # MultiAuth would match "Bearer" case-sensitively.
     def is_compatible_auth(self, headers: Any) -> bool:
-        """Whether the Authorization header names this scheme, in any case."""
-        scheme = headers.get("Authorization", "").split(None, 1)[:1]
-        return bool(scheme) and scheme[0].lower() == self.scheme.lower()
+        """Whether the Authorization header is a Bearer one."""
+        return _scheme() == "bearer"
 
-
-class _StrictBasic(HTTPBasicAuth):
-    # flask-httpauth's Basic parser accepts any scheme word; only "Basic" may pass.
     def get_auth(self) -> Any:
-        """The Basic credentials, or None when the header names another scheme."""
-        scheme = request.headers.get("Authorization", "").split(None, 1)[:1]
-        if not scheme or scheme[0].lower() != "basic":
-            return None
-        return super().get_auth()
+        """The Bearer credentials (a token), or None."""
+        return request.authorization if _scheme() == "bearer" else None
 
 
-basic_auth = _StrictBasic(realm=REALM)
-token_auth = _CaseInsensitiveToken("Bearer", realm=REALM)
+class _Basic(HTTPBasicAuth):
+    # flask-httpauth's own Basic parser accepts any scheme word; only "Basic" may pass.
+    def is_compatible_auth(self, headers: Any) -> bool:
+        """Whether the Authorization header is a Basic one."""
+        return _scheme() == "basic"
+
+    def get_auth(self) -> Any:
+        """The Basic credentials (username, password), or None."""
+        return request.authorization if _scheme() == "basic" else None
+
+
+basic_auth = _Basic(realm=REALM)
+token_auth = _Token("Bearer", realm=REALM)
 auth = MultiAuth(basic_auth, token_auth)
 
 
-class _PasswordCache:
-    """Successful password checks, briefly: keyed by an HMAC of the credentials, never them."""
-
-    def __init__(self, ttl: float, max_entries: int = 1024) -> None:
-        self.ttl = ttl
-        self.max_entries = max_entries
-        self._entries: dict[bytes, tuple[float, Principal]] = {}
-        self._lock = threading.Lock()
-
-    def key(self, secret: str, username: str, password: str) -> bytes:
-        """The cache key for one pair of credentials."""
-        msg = username.encode("utf-8", "surrogatepass") + b"\0" + password.encode(
-            "utf-8", "surrogatepass")
-        return hmac.new(secret.encode(), msg, hashlib.sha256).digest()
-
-    def get(self, key: bytes) -> Principal | None:
-        """The principal for these credentials if checked within the TTL."""
-        hit = self._entries.get(key)
-        if hit is None or hit[0] < time.monotonic():
-            return None
-        return hit[1]
-
-    def put(self, key: bytes, principal: Principal) -> None:
-        """Remember a successful check."""
-        with self._lock:
-            if len(self._entries) >= self.max_entries:
-                self._entries.clear()
-            self._entries[key] = (time.monotonic() + self.ttl, principal)
+def _cache_key(username: str, password: str) -> bytes:
+    """A password cache key: an HMAC of the credentials, so the cache never holds them."""
+    msg = username.encode("utf-8", "surrogatepass") + b"\0" + password.encode(
+        "utf-8", "surrogatepass")
+    return hmac.new(current_app.config["SECRET_KEY"].encode(), msg, hashlib.sha256).digest()
 
 
 @basic_auth.verify_password
@@ -114,8 +117,8 @@ def _verify_password(username: str, password: str) -> Principal | None:
     if wait:
         raise TooManyRequests(f"Too many failed sign-ins for {username!r} from this address; "
                               f"try again in {wait} s.", headers={"Retry-After": str(wait)})
-    cache: _PasswordCache = current_app.extensions["queuelog.password_cache"]
-    key = cache.key(current_app.config["SECRET_KEY"], username, password)
+    cache: TTLCache[bytes, Principal] = current_app.extensions["queuelog.password_cache"]
+    key = _cache_key(username, password)
     hit = cache.get(key)
     if hit is not None:
         return hit
@@ -127,8 +130,10 @@ def _verify_password(username: str, password: str) -> Principal | None:
         throttle.failed(store.sign_ins, username, address, store.clock())
         return None
     throttle.succeeded(store.sign_ins, username, address, recent)
+    _refuse_system_name(user.username, "user")
     principal = Principal(user.username, user.role, "user", None, 30)
-    cache.put(key, principal)
+    with current_app.extensions["queuelog.password_cache_lock"]:
+        cache[key] = principal  # TTLCache is not thread-safe
     return principal
 
 
@@ -157,7 +162,18 @@ def _verify_token(token: str) -> Principal | None:
     key = get_store().accounts.key_for_token(token.strip())
     if key is None:
         return None
-    return Principal(key.name, key.role, "key", key.types, key.max_priority)
+    _refuse_system_name(key.name, "key")
+    return Principal(key.name, key.role, "key", key.types, key.max_priority, token.strip())
+
+
+def _refuse_system_name(name: str, kind: str) -> None:
+    # A key or user created with a system name before the name was reserved keeps its row
+    # (no migration renames what an operator chose, nor drops a key a program holds), but it
+    # is refused at sign-in: working on, it would act in the audit log as the system. Its
+    # owner revokes it (keys revoke / users delete) and creates one under another name.
+    if is_system_name(name):
+        raise Forbidden(f"This {kind}'s name {name!r} is reserved for the system; an "
+                        f"operator must replace it with a {kind} of another name.")
 
 
 @basic_auth.get_user_roles
@@ -178,15 +194,16 @@ def _auth_error(status: int) -> Any:
 
 def _why_unauthorized() -> str:
     # A newcomer with a mistyped token should not be told to send credentials they sent.
-    scheme = request.headers.get("Authorization", "").split(None, 1)[:1]
-    if not scheme:
-        return "Send an API key (Authorization: Bearer ...) or a user's password (HTTP Basic)."
-    if scheme[0].lower() == "bearer":
+    scheme = _scheme()
+    if scheme == "bearer":
         return ("This API key is not valid: it is mistyped, revoked, or its name is also a "
                 "user's (see 'queuelog keys list').")
-    if scheme[0].lower() == "basic":
+    if scheme == "basic":
         return "Wrong username or password."
-    return "Unknown authorization scheme: use Bearer (API keys) or Basic (passwords)."
+    if "Authorization" not in request.headers:
+        return "Send an API key (Authorization: Bearer ...) or a user's password (HTTP Basic)."
+    return ("Unknown or unreadable authorization: use Bearer (API keys) or Basic (passwords, "
+            "base64 of UTF-8 username:password).")
 
 
 def current_user() -> Principal:
@@ -227,8 +244,12 @@ def require(*roles: str, write: bool = False) -> Callable[[F], F]:
 
 def init_app(app: Flask) -> None:
     """Give the app its password cache, throttle and hash slots; credentials before routing."""
-    app.extensions["queuelog.password_cache"] = _PasswordCache(
-        float(app.config["AUTH_CACHE_SECONDS"]))
+    # Successful password checks, briefly: the slow hash is not paid on every request.
+    # The timer is looked up on each call, so a test can move the clock (time.monotonic).
+    app.extensions["queuelog.password_cache"] = TTLCache(
+        maxsize=1024, ttl=float(app.config["AUTH_CACHE_SECONDS"]),
+        timer=lambda: time.monotonic())
+    app.extensions["queuelog.password_cache_lock"] = threading.Lock()
     app.extensions["queuelog.sign_in_throttle"] = SignInThrottle()
     app.extensions["queuelog.hash_slots"] = HashSlots(app.config["PASSWORD_HASH_SLOTS"],
                                                       app.config["PASSWORD_HASH_WAIT_SECONDS"])

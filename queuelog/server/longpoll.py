@@ -171,3 +171,8 @@ def init_app(app: Flask) -> LongPolls:
 def long_polls() -> LongPolls:
     """The current app's long polls."""
     return current_app.extensions["queuelog.longpoll"]  # type: ignore[no-any-return]
+
+
+def wake() -> None:
+    """Wake this process's long polls: a job may have become due (actions call this)."""
+    long_polls().bell.ring()

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from queuelog.server import actions
+from queuelog.server.api.serialize import job_json
 from queuelog.server.auth import Principal
 from queuelog.model.problems import Forbidden, JobNotFound
 from queuelog.model.jobs import Job
@@ -42,14 +43,14 @@ def test_error_text_is_for_admins_only(ctx: Any, store: Store) -> None:
     for who in (VIEWER, PRODUCER, WORKER):
         seen = actions.visible(job, who)
         assert seen.error is None and all(a.error is None for a in seen.attempts or ())
-        body = actions.job_view(job, who)
+        body = job_json(job, who)
         assert "error" not in body and MARK not in json.dumps(body)
-    body = actions.job_view(job, ADMIN)
+    body = job_json(job, ADMIN)
     assert body["error"] == MARK and body["attempts"][0]["error"] == MARK
     # The idempotency key: its producer and admins.
-    assert actions.job_view(job, PRODUCER)["idempotency_key"] == "k-1"
-    assert actions.job_view(job, ADMIN)["idempotency_key"] == "k-1"
-    assert actions.job_view(job, OTHER)["idempotency_key"] is None
+    assert job_json(job, PRODUCER)["idempotency_key"] == "k-1"
+    assert job_json(job, ADMIN)["idempotency_key"] == "k-1"
+    assert job_json(job, OTHER)["idempotency_key"] is None
 
 
 def test_only_admins_retry_and_pause(ctx: Any, store: Store) -> None:
@@ -101,8 +102,8 @@ def test_a_fail_wakes_long_polls_only_when_the_job_goes_back_to_pending(ctx: Any
                                                                         store: Store) -> None:
     wakeup = ctx.extensions["queuelog.longpoll"].bell
     news = [NewJob("billing", "email", "{}", 0, 1) for _ in range(3)]
-    jobs, replayed = actions.enqueue_many(news)
-    assert replayed == [] and len(actions.claim(WORKER, 3)) == 3
+    jobs, replayed = actions.enqueue_many(PRODUCER, news)
+    assert replayed == [] and len(actions.claim(WORKER, 3).jobs) == 3
     before = wakeup.count
     actions.fail(WORKER, jobs[0].id, 1, "x", retry=False)  # failed for good: none due
     assert wakeup.count == before

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from helpers import enqueue
 from queuelog import create_app
 from queuelog.server import longpoll
-from queuelog.server.api import Wakeup
+from queuelog.server.longpoll import Wakeup
 from queuelog.model.problems import QueuelogError
 from queuelog.model.jobs import isoformat
 from queuelog.server.store import NewJob

@@ -384,7 +384,7 @@ def test_password_check_is_cached_briefly_then_a_removed_user_is_refused(
         assert client.get("/ui/", headers=viewer).status_code == 200
     assert len(checks) == 1  # one slow hash check for a page and the next views
     cache = client.application.extensions["queuelog.password_cache"]
-    assert all(b"correct horse" not in k and len(k) == 32 for k in cache._entries)
+    assert len(cache) == 1 and all(b"correct horse" not in k and len(k) == 32 for k in cache)
     with store.engine.begin() as conn:
         conn.execute(delete(users).where(users.c.username == "vera"))
     now[0] += client.application.config["AUTH_CACHE_SECONDS"] + 0.01

@@ -9,7 +9,7 @@ from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.model.jobs import Priority, Status
 from queuelog.server.requests.check import MAX_JOB_ID, Fields, json_body
-from queuelog.server.api import job_json
+from queuelog.server.api.serialize import job_json
 
 bp = Blueprint("admin", __name__)
 

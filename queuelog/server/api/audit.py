@@ -9,6 +9,7 @@ from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.model.jobs import isoformat
 from queuelog.server.store import Event
+from queuelog.server.store.audit import ACTIONS as AUDIT_ACTIONS
 from queuelog.server.requests.check import field_errors
 from queuelog.server.api.read import _int_arg, decode_cursor, encode_cursor
 
@@ -28,9 +29,9 @@ def list_events() -> Any:
     args = request.args
     errors: list[dict[str, str]] = []
     action, actor = args.get("action"), args.get("actor")
-    if action is not None and action not in actions.AUDIT_ACTIONS:
+    if action is not None and action not in AUDIT_ACTIONS:
         errors.append({"field": "action",
-                       "detail": f"Must be one of {', '.join(actions.AUDIT_ACTIONS)}."})
+                       "detail": f"Must be one of {', '.join(AUDIT_ACTIONS)}."})
     # As GET /jobs takes a type: any 1 to 100 characters but NUL (PostgreSQL refuses it).
     if actor is not None and (not 1 <= len(actor) <= 100 or "\x00" in actor):
         errors.append({"field": "actor", "detail": "Must be 1 to 100 characters, no NUL."})

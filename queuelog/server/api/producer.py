@@ -1,20 +1,17 @@
 """Producer endpoints: enqueue one job or a batch, and cancel."""
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 from flask import Blueprint, current_app, request, url_for
 
 from queuelog.server import actions
 from queuelog.server.auth import Principal, current_user, require
-from queuelog.model.problems import Forbidden, ValidationFailed
+from queuelog.model.problems import ValidationFailed
 from queuelog.model.jobs import Priority
-from queuelog.server.requests.bodies import MAX_DELAY_SECONDS  # noqa: F401  (re-exported: its old home)
 from queuelog.server.store import NewJob
 from queuelog.server.requests.check import body, compact, field_errors, given, idempotency_header, timestamp_us
-from queuelog.server.api import job_json
+from queuelog.server.api.serialize import job_json
 
 bp = Blueprint("producer", __name__)
 
@@ -32,12 +29,10 @@ def enqueue() -> Any:
             and given(data, "idempotency_key", header) != header:
         errors.append({"field": "idempotency_key",
                        "detail": "Differs from the Idempotency-Key header."})
-    refusals: Errors = []
-    new = parse_new_job(data, current_user(), "", errors, refusals, header)
+    who = current_user()
+    new = parse_new_job(data, who, "", errors, header)
     field_errors(errors)
-    if refusals:
-        raise Forbidden(refusals[0]["detail"])
-    job, created = actions.enqueue(new)
+    job, created = actions.enqueue(who, new)  # 403 past the key's limits
     location = {"Location": url_for("read.get_job", job_id=job.id)}
     if created:
         return job_json(job), 201, location
@@ -56,12 +51,11 @@ def enqueue_batch() -> Any:
     # Items are read only when the list itself passed (a list over MAX_BATCH is not walked).
     items = data["jobs"] if not _has_error(errors, "jobs", whole=True) else []
     who = current_user()
-    refusals: Errors = []
     news: list[NewJob | None] = []
     first_use: dict[str, int] = {}
     for i, item in enumerate(items):
         prefix = f"jobs[{i}]"
-        news.append(parse_new_job(item, who, prefix, errors, refusals) if isinstance(
+        news.append(parse_new_job(item, who, prefix, errors) if isinstance(
             item, dict) else None)
         key = item.get("idempotency_key") if isinstance(item, dict) else None
         if isinstance(key, str):
@@ -70,10 +64,7 @@ def enqueue_batch() -> Any:
                                "detail": f"Used by jobs[{first_use[key]}] too."})
             first_use.setdefault(key, i)
     field_errors(errors)  # 422 over 403: any invalid item fails the batch as a 422
-    if refusals:
-        raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in refusals),
-                        errors=refusals)
-    jobs, replayed = actions.enqueue_many([n for n in news if n is not None])
+    jobs, replayed = actions.enqueue_many(who, [n for n in news if n is not None])
     created = len(replayed) < len(jobs)
     return {"jobs": [job_json(j) for j in jobs], "replayed": replayed}, 201 if created else 200
 
@@ -87,9 +78,9 @@ def cancel(job_id: int) -> Any:
 
 
 def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Errors,
-                  refusals: Errors, header_key: str | None = None) -> NewJob | None:
-    """A checked enqueue body as a NewJob; the rules no schema states go to ``errors``
-    (payload size per type, 422) and ``refusals`` (the key's limits, 403)."""
+                  header_key: str | None = None) -> NewJob | None:
+    """A checked enqueue body as a NewJob; what no schema states goes to ``errors``
+    (payload size per type, 422). The key's limits are ``actions.enqueue``'s (403)."""
     def at(name: str) -> str:
         return f"{prefix}.{name}" if prefix else name
     config = current_app.config
@@ -105,30 +96,15 @@ def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Err
         return None  # this item (or the body) is invalid: the request will be a 422
     label = given(data, "priority", "low")
     priority = Priority.from_label(label)
-    if who.role == "producer":
-        if who.types is not None and job_type not in who.types:
-            refusals.append({"field": at("type"), "detail":
-                             f"This key may not enqueue jobs of type {job_type!r}."})
-        if priority > who.max_priority:
-            refusals.append({"field": at("priority"), "detail":
-                             f"This key may not enqueue at priority {label!r} (its maximum "
-                             f"is {Priority.from_value(who.max_priority).label!r})."})
     max_retries = given(data, "max_retries",
                         int(options.get("max_retries", config["DEFAULT_MAX_RETRIES"])))
     run_at = given(data, "run_at")
     run_at_us = None if run_at is None else timestamp_us(run_at)
     delay = given(data, "delay_seconds")
     key = header_key if header_key is not None else given(data, "idempotency_key")
-    request_hash = None
-    if key is not None:
-        request_hash = hashlib.sha256(json.dumps(
-            # delay_seconds omitted, 0 and 0.0 all mean "now"; 5 and 5.0 are one number.
-            [job_type, payload, int(priority), max_retries, run_at_us,
-             float(delay) if delay else None],
-            sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     return NewJob(producer=who.name, type=job_type, payload_json=payload_json or "{}",
                   priority=int(priority), max_retries=max_retries, run_at=run_at_us,
-                  delay_seconds=delay, idempotency_key=key, request_hash=request_hash)
+                  delay_seconds=delay, idempotency_key=key)
 
 
 def _has_error(errors: Errors, path: str, whole: bool = False) -> bool:

@@ -7,12 +7,13 @@ from typing import Any
 
 from flask import Blueprint, current_app, request
 
+from queuelog.server import actions
 from queuelog.server.auth import READERS, current_user, require
 from queuelog.server.errors import unavailable
 from queuelog.model.jobs import Priority, Status
 from queuelog.server.store import get_store
 from queuelog.server.requests.check import field_errors
-from queuelog.server.api import job_json, scope_of
+from queuelog.server.api.serialize import job_json
 
 bp = Blueprint("read", __name__)
 
@@ -34,8 +35,8 @@ def list_jobs() -> Any:
     limit = _int_arg(args, "limit", 1, 200, 50, errors)
     before = decode_cursor(args["cursor"], errors) if "cursor" in args else None
     field_errors(errors)
-    page = get_store().list_jobs(scope=scope_of(current_user()), status=status, type=job_type,
-                                 priority=priority, limit=limit, before=before)
+    page = actions.list_jobs(current_user(), status=status, type=job_type, priority=priority,
+                             limit=limit, before=before)
     return {"jobs": [job_json(j) for j in page.jobs],
             "next_cursor": None if page.older is None else encode_cursor(page.older)}
 
@@ -44,7 +45,7 @@ def list_jobs() -> Any:
 @require(*READERS)
 def get_job(job_id: int) -> Any:
     """One job with its attempt history (404 when not visible to the caller)."""
-    return job_json(get_store().get(job_id, scope_of(current_user())))
+    return job_json(actions.get_job(current_user(), job_id))
 
 
 @bp.get("/healthz")

@@ -10,15 +10,11 @@ from typing import Any
 from flask import Blueprint, current_app, request
 
 from queuelog.server import actions
-from queuelog.server.auth import Principal, current_user, require
-from queuelog.model.problems import Forbidden, QueuelogError
+from queuelog.server.auth import current_user, require
+from queuelog.model.problems import QueuelogError
 from queuelog.model.jobs import Job
-from queuelog.server.longpoll import PollResult, long_polls
-from queuelog.server.sanitize import sanitize_error
-from queuelog.server.requests.bodies import MAX_LEASE, MAX_WAIT  # noqa: F401  (re-exported: their old home)
-from queuelog.server.store import get_store
 from queuelog.server.requests.check import body, compact, field_errors, given
-from queuelog.server.api import job_json
+from queuelog.server.api.serialize import job_json
 from queuelog.server.api.disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
@@ -33,44 +29,18 @@ def claim() -> Any:
     """Claim the best due job (200, or 204 when none is due by ``wait``); with
     ``max_jobs``, up to that many, as ``{"jobs": [...]}`` (maybe empty)."""
     data = body("ClaimRequest")
-    types = given(data, "types")
-    who = current_user()
-    if types is not None and who.types is not None and not set(types) <= set(who.types):
-        raise Forbidden("This key may not claim some of these types.")
-    if types is None:
-        types = list(who.types) if who.types is not None else None
     max_jobs = given(data, "max_jobs")
-    outcome = _claim_waiting(who, types, given(data, "lease_seconds"),
-                             given(data, "wait", 0), max_jobs or 1)
+    # The key's types and the revoked-key re-check of a waiting claim are actions.claim's.
+    outcome = actions.claim(current_user(), max_jobs or 1,
+                            lease_seconds=given(data, "lease_seconds"),
+                            types=given(data, "types"), wait=given(data, "wait", 0),
+                            connected=lambda: not client_gone())
     headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
     if max_jobs is not None:
         return {"jobs": [job_json(j) for j in outcome.jobs]}, 200, headers
     if not outcome.jobs:
         return "", 204, headers
     return job_json(outcome.jobs[0])
-
-
-def _claim_waiting(who: Principal, types: list[str] | None, lease: float | None,
-                   wait: float, max_jobs: int = 1) -> PollResult[Job]:
-    """Claim now; if nothing is due, look again until ``wait`` runs out (``longpoll``)."""
-    accounts = get_store().accounts
-    token = _bearer_token()
-
-    def try_claim() -> list[Job]:
-        # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        return actions.claim(who, max_jobs, lease_seconds=lease, types=types)
-
-    def still_wanted() -> bool:
-        # A key revoked while its claim waits must not get a job it could never complete,
-        # nor a client that went away (a stopped worker): nobody would receive the job.
-        return not client_gone() and accounts.key_for_token(token) is not None
-
-    return long_polls().claim(try_claim, wait, still_wanted)
-
-
-def _bearer_token() -> str:
-    """The request's API key (workers are keys: ``require`` has checked it)."""
-    return request.headers.get("Authorization", "").split(None, 1)[1].strip()
 
 
 @bp.post(f"/jobs/{JOB_ID}/heartbeat")
@@ -98,7 +68,9 @@ def complete(job_id: int) -> Any:
 def fail(job_id: int) -> Any:
     """Fail a held attempt: retried after backoff, or failed for good."""
     data = body("FailRequest")
-    return job_json(actions.fail(current_user(), job_id, data["attempt"], _clean_error(data),
+    # The raw error text: actions.fail sanitizes it once the attempt is fenced.
+    return job_json(actions.fail(current_user(), job_id, data["attempt"],
+                                 given(data, "error", ""),
                                  retry=given(data, "retry", True),
                                  retry_in=given(data, "retry_in")))
 
@@ -125,7 +97,7 @@ def fail_batch() -> Any:
     items = _items(body("FailBatch", errors), errors)
     field_errors(errors)
     done = actions.fail_many(current_user(), [
-        (item["id"], item["attempt"], _clean_error(item), given(item, "retry", True),
+        (item["id"], item["attempt"], given(item, "error", ""), given(item, "retry", True),
          given(item, "retry_in")) for item in items])
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
@@ -157,11 +129,6 @@ def _result_json(data: dict[str, Any], field: str, errors: Errors) -> str | None
     if len(out.encode("utf-8")) > limit:
         errors.append({"field": field, "detail": f"Larger than {limit} bytes as compact JSON."})
     return out
-
-
-def _clean_error(data: dict[str, Any]) -> str:
-    """The worker's error text, sanitized and cut before it is stored (V-10)."""
-    return sanitize_error(given(data, "error", ""), current_app.config["MAX_ERROR_BYTES"])
 
 
 def _outcome(job_id: int, got: Job | QueuelogError) -> dict[str, Any]:

@@ -353,26 +353,30 @@ class Queue:
         return Job.from_row(row._mapping)
 
     def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
-             retry: bool = True, retry_in: float | None = None) -> Job:
-        """Record a failed attempt: back to pending after backoff, or failed for good."""
+             retry: bool = True, retry_in: float | None = None,
+             clean: Callable[[str], str] | None = None) -> Job:
+        """Record a failed attempt: back to pending after backoff, or failed for good.
+        ``clean`` (the sanitizer) is applied to ``error`` once the attempt is fenced."""
         with self._write.begin() as conn:
             now = self.clock()
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
-                                    retry=retry, retry_in=retry_in, worker=worker)
+                                    retry=retry, retry_in=retry_in, worker=worker,
+                                    clean=clean)
             return _or_raise(job if job is not None else
                              self._refusal(conn, job_id, worker, attempt))
 
     def fail_many(self, worker: str,
                   items: Sequence[tuple[int, int, str, bool, float | None]],
-                  ) -> list[Job | QueuelogError]:
+                  clean: Callable[[str], str] | None = None) -> list[Job | QueuelogError]:
         """Fail many held attempts (id, attempt, error, retry, retry_in) in one
-        transaction, each fenced on its own, as ``complete_many``."""
+        transaction, each fenced on its own, as ``complete_many``; ``clean`` as ``fail``."""
         out: list[Job | QueuelogError] = []
         with self._write.begin() as conn:
             now = self.clock()
             for job_id, attempt, error, retry, retry_in in items:
                 job = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
-                                        retry=retry, retry_in=retry_in, worker=worker)
+                                        retry=retry, retry_in=retry_in, worker=worker,
+                                        clean=clean)
                 out.append(job if job is not None else
                            self._refusal(conn, job_id, worker, attempt))
         return out
@@ -461,14 +465,16 @@ class Queue:
 
     def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
                      outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,
-                     worker: str | None) -> Job | None:
+                     worker: str | None, clean: Callable[[str], str] | None = None,
+                     ) -> Job | None:
         """End a running attempt with a failure: retry after backoff, or fail for good."""
         own = worker is not None
-        params: dict[str, Any] = {"jid": job_id, "att": attempt, "wkr": worker, "now": now,
-                                  "error": error}
+        params: dict[str, Any] = {"jid": job_id, "att": attempt, "wkr": worker, "now": now}
         row = conn.execute(self._budget[own], params).first()
         if row is None:
             return None
+        # Fenced: only now is the error text worth its sanitizing (a stale item costs none).
+        params["error"] = error = clean(error) if clean is not None else error
         if retry and row.retry_count < row.max_retries:
             n = row.retry_count + 1
             delay = retry_in if retry_in is not None else backoff_seconds(
