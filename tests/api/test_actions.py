@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from queuelog.server import actions
+from queuelog.server import actions, longpoll, sanitize
 from queuelog.server.api.serialize import job_json
 from queuelog.server.auth import Principal
-from queuelog.model.problems import Forbidden, JobNotFound
+from queuelog.model.problems import Forbidden, IdempotencyMismatch, JobNotFound
 from queuelog.model.jobs import Job
 from queuelog.server.store import NewJob, Store
 
@@ -114,3 +114,115 @@ def test_a_fail_wakes_long_polls_only_when_the_job_goes_back_to_pending(ctx: Any
                                       (jobs[0].id, 1, "x", True, 0)])  # the second: 409
     assert isinstance(done[0], Job) and not isinstance(done[1], Job)
     assert wakeup.count > before
+
+
+# -- the key's limits, whichever view calls enqueue ----------------------------------------
+LIMITED = Principal("billing", "producer", "key", ("email",), 10)  # low and medium only
+
+
+def test_enqueue_holds_a_producer_to_its_key(ctx: Any, store: Store) -> None:
+    with pytest.raises(Forbidden, match="type 'pdf'"):
+        actions.enqueue(LIMITED, NewJob("billing", "pdf", "{}", 0, 0))
+    with pytest.raises(Forbidden, match="priority 'high'"):
+        actions.enqueue(LIMITED, NewJob("billing", "email", "{}", 20, 0))
+    with pytest.raises(Forbidden) as refused:
+        actions.enqueue_many(LIMITED, [NewJob("billing", "email", "{}", 0, 0),
+                                       NewJob("billing", "pdf", "{}", 30, 0)])
+    assert [e["field"] for e in refused.value.errors or []] == ["jobs[1].type",
+                                                                 "jobs[1].priority"]
+    assert store.list_jobs().jobs == []  # all or nothing
+    # Admins are not held to a producer's limits; the producer is always the caller.
+    job, created = actions.enqueue(ADMIN, NewJob("someone-else", "pdf", "{}", 30, 0))
+    assert created and job.producer == "ada"
+
+
+def test_the_idempotency_hash_is_the_actions(ctx: Any, store: Store) -> None:
+    """Key order and 5 vs 5.0 make no other request; another payload does (422)."""
+    first, created = actions.enqueue(PRODUCER, NewJob(
+        "x", "email", '{"a":1,"b":2}', 0, 0, delay_seconds=5, idempotency_key="k"))
+    again, replayed = actions.enqueue(PRODUCER, NewJob(
+        "x", "email", '{"b":2,"a":1}', 0, 0, delay_seconds=5.0, idempotency_key="k"))
+    assert created and not replayed and again.id == first.id
+    with pytest.raises(IdempotencyMismatch):
+        actions.enqueue(PRODUCER, NewJob("x", "email", '{"a":2}', 0, 0, idempotency_key="k"))
+    plain, _ = actions.enqueue(PRODUCER, NewJob("x", "email", "{}", 0, 0))
+    assert plain.id != first.id
+
+
+# -- the claim: the key's types, and the revoked-key re-check ------------------------------
+def test_claim_holds_a_worker_to_its_key_types(ctx: Any, store: Store) -> None:
+    typed = Principal("mailer-1", "worker", "key", ("email",), 10)
+    actions.enqueue(ADMIN, NewJob("", "pdf", "{}", 0, 0))
+    with pytest.raises(Forbidden):
+        actions.claim(typed, 1, types=["email", "pdf"])
+    assert actions.claim(typed, 1).jobs == []  # no types given: the key's own
+    assert [j.type for j in actions.claim(WORKER, 1).jobs] == ["pdf"]
+
+
+@pytest.mark.parametrize("revoked", [False, True])
+def test_a_waiting_claim_rechecks_that_the_key_is_active(ctx: Any, store: Store,
+                                                         monkeypatch: Any,
+                                                         revoked: bool) -> None:
+    """A job that comes due while the claim waits goes to an active key only."""
+    monkeypatch.setattr(longpoll, "FIRST_PAUSE", 0.0)  # look again at once: no real wait
+    key, token = store.accounts.create_key("mailer-1", "worker")
+    who = Principal(key.name, key.role, "key", None, 10, token)
+    real = store.claim_many
+    looks: list[int] = []
+
+    def claim_many(*args: Any, **kwargs: Any) -> list[Job]:
+        got = real(*args, **kwargs)
+        if not looks:  # the first look found nothing; now a job comes, and maybe a revoke
+            store.enqueue(NewJob("billing", "email", "{}", 0, 0))
+            if revoked:
+                store.accounts.revoke_key("mailer-1")
+        looks.append(len(got))
+        return got
+
+    monkeypatch.setattr(store, "claim_many", claim_many)
+    got = actions.claim(who, 1, wait=30)
+    if revoked:
+        assert list(got.jobs) == [] and looks == [0]
+        assert store.list_jobs().jobs[0].status.value == "pending"
+    else:
+        assert len(got.jobs) == 1 and looks == [0, 1]
+
+
+# -- bug 8: a fail batch's items are fenced before their error text is sanitized ------------
+def _sanitize_spy(monkeypatch: Any) -> list[str]:
+    """Record every text the sanitizer redacts (whoever imported sanitize_error)."""
+    seen: list[str] = []
+    real = sanitize.redact
+    monkeypatch.setattr(sanitize, "redact", lambda text: seen.append(text) or real(text))
+    return seen
+
+
+def test_fail_many_sanitizes_only_fenced_items(ctx: Any, store: Store, monkeypatch: Any) -> None:
+    job, _ = store.enqueue(NewJob("billing", "email", "{}", 0, 0))
+    assert store.claim("mailer-1") is not None
+    seen = _sanitize_spy(monkeypatch)
+    done = actions.fail_many(WORKER, [(job.id, 2, "stale password=a", True, None),
+                                      (job.id + 99, 1, "missing password=b", True, None)])
+    assert [getattr(d, "status", None) for d in done] == [409, 404] and seen == []
+    done = actions.fail_many(WORKER, [(job.id, 1, "held password=hunter2", False, None)])
+    assert isinstance(done[0], Job) and seen == ["held password=hunter2"]
+    assert store.get(job.id).error == "held password=[REDACTED]"
+
+
+def test_the_fail_routes_sanitize_no_stale_item(client: Any, store: Store, producer: Any,
+                                                worker: Any, monkeypatch: Any) -> None:
+    """Through HTTP: the batch's stale items and a stale single fail cost no sanitize."""
+    job_id = client.post("/jobs", json={"type": "email"}, headers=producer).json["id"]
+    assert client.post("/jobs/claim", json={}, headers=worker).status_code == 200
+    seen = _sanitize_spy(monkeypatch)
+    stale = [{"id": job_id + 1 + i, "attempt": 1, "error": "token=" + "x" * 900}
+             for i in range(20)]
+    resp = client.post("/jobs/fail", json={"jobs": [*stale, {"id": job_id, "attempt": 1,
+                                                             "error": "token=abc"}]},
+                       headers=worker)
+    assert resp.status_code == 200
+    assert [r["status"] for r in resp.json["results"]] == [404] * 20 + [200]
+    assert seen == ["token=abc"]
+    refused = client.post(f"/jobs/{job_id}/fail", json={"attempt": 1, "error": "late"},
+                          headers=worker)
+    assert refused.status_code == 409 and seen == ["token=abc"]

@@ -1,14 +1,12 @@
 """The worker calls: claim (and its 204), heartbeat, complete, fail; their guards and errors."""
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
 import pytest
 from helpers import SQLITE_ONLY, enqueue, problem
 
-from queuelog.server import longpoll
 
 
 @pytest.fixture
@@ -83,35 +81,6 @@ def test_claim_validation(client, producer, worker, body, field, store):
 @pytest.mark.parametrize("role", ["producer", "admin", "metrics"])
 def test_only_workers_claim(client, make_key, role):
     problem(client.post("/jobs/claim", headers=make_key("k", role)), 403)
-
-
-def test_long_poll_wakes_on_enqueue(client, app, producer, worker, store, monkeypatch):
-    """The enqueue's wake-up hands the job over: two claim tries, none in between."""
-    # The poll's own looks (for other processes' enqueues) come a minute apart here, so
-    # only the wake-up can end this 30 s wait early.
-    monkeypatch.setattr(longpoll, "FIRST_PAUSE", 60.0)
-    monkeypatch.setattr(longpoll, "MAX_PAUSE", 60.0)
-    tries: list[int] = []
-    real_claim = store.claim_many
-    monkeypatch.setattr(store, "claim_many",
-                        lambda *a, **k: tries.append(1) or real_claim(*a, **k))
-    polls = app.extensions["queuelog.longpoll"]
-    answer: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: answer.update(resp=app.test_client().post(
-        "/jobs/claim", json={"wait": 30}, headers=worker)), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while polls.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert tries == [1]  # it claimed once, found nothing, and waits
-    job = client.post("/jobs", json={"type": "email"}, headers=producer).json
-    thread.join(timeout=10)
-    stuck = thread.is_alive()
-    polls.stop()  # ends the poll if the wake-up never came
-    thread.join(timeout=10)
-    assert not stuck, "the enqueue did not wake the waiting claim"
-    assert answer["resp"].status_code == 200 and answer["resp"].json["id"] == job["id"]
-    assert len(tries) == 2
 
 
 def test_long_poll_ends_with_204(client, worker):
