@@ -26,21 +26,18 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     """
     from flask import Flask
     app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
-    from queuelog.server import instance
+    _configure(app, test_config)
+    _install(app)
+    if serving:
+        bootstrap_admin(app)
+    return app
+
+
+def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
+    """The instance folder, the config, and the proxy headers trusted."""
+    from queuelog.server import config, instance
     # Private before anything is written into it (the secret key, the database).
     os.makedirs(app.instance_path, mode=instance.FOLDER_MODE, exist_ok=True)
-
-    from queuelog.server import auth
-
-    from queuelog import cli
-
-    from queuelog.server import config
-
-    from queuelog.server import errors
-
-    from queuelog.server import store
-    from queuelog.server.requests.check import JobIdConverter
-    app.url_map.converters["job_id"] = JobIdConverter
     config.load(app, test_config)
     instance.protect(app.instance_path, app.config["DATABASE_URL"])
     if app.config["PROXY_COUNT"]:
@@ -50,27 +47,24 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
         from werkzeug.middleware.proxy_fix import ProxyFix
         count = app.config["PROXY_COUNT"]
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count)  # type: ignore
-    errors.init_app(app)
-    store.init_app(app)
-    from queuelog.server import metrics
-    metrics.init_app(app)
-    auth.init_app(app)
-    app.json.sort_keys = False  # type: ignore[attr-defined]
-    from queuelog.server import longpoll
-    longpoll.init_app(app)
 
+
+def _install(app: Flask) -> None:
+    """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
+    from queuelog import cli
+    from queuelog.server import auth, errors, longpoll, metrics, retention, store
     from queuelog.server.api import admin, audit, producer, read, types, worker
+    from queuelog.server.requests.check import JobIdConverter
+    from queuelog.server.ui import queue as ui
+    app.url_map.converters["job_id"] = JobIdConverter
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    for part in (errors, store, metrics, auth, longpoll):
+        part.init_app(app)
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
         app.register_blueprint(blueprint)
-    from queuelog.server.ui import queue as ui
     ui.init_app(app)
     cli.init_app(app)
-    from queuelog.server import retention
     retention.init_app(app)
-
-    if serving:
-        bootstrap_admin(app)
-    return app
 
 
 def bootstrap_admin(app: Flask) -> str | None:
