@@ -32,8 +32,6 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
 
     from queuelog.server import auth
 
-    from queuelog import cli
-
     from queuelog.server import config
 
     from queuelog.server import errors
@@ -64,7 +62,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
         app.register_blueprint(blueprint)
     from queuelog.server.ui import queue as ui
     ui.init_app(app)
-    cli.init_app(app)
+    from queuelog.server import commands
+    commands.init_app(app)
     from queuelog.server import retention
     retention.init_app(app)
 
