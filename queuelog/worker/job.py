@@ -110,6 +110,8 @@ class JobRun:
                     return
                 self._beat_failed(f"{exc.status} {exc.detail}")
             except Exception as exc:  # unreachable, or an answer that is not the server's
+                if self.done.is_set():
+                    return
                 self._beat_failed(f"{type(exc).__name__}: {exc}")
 
     def _beat_failed(self, why: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from queuelog.worker import answers as answers_module
 from queuelog.worker.answers import Answers
-from queuelog.client import ProblemError, Unreachable
+from queuelog.client import ClientError, ProblemError, Unreachable
 
 
 def lease_in(seconds: float) -> str:
@@ -161,3 +161,29 @@ def test_without_batch_routes_or_when_a_batch_is_refused_each_answer_goes_alone(
     assert isinstance(errors[0], ProblemError) and errors[0].status == 422
     assert errors[1] is None
     assert sorted(spoiled.singles) == [("complete", 1), ("complete", 2)]
+
+
+@pytest.mark.parametrize("spoil", [
+    ValueError("Out of range float values are not JSON compliant"),  # httpx and 1e400
+    UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+    ClientError("the answer to POST /jobs/complete is not JSON"),     # a proxy's HTML page
+    TypeError("'NoneType' object is not iterable"),                  # {"results": null}
+    [],                                                              # too few results
+], ids=["1e400", "surrogate", "html", "results-null", "results-short"])
+def test_the_sender_survives_any_error_and_every_answer_is_settled(spoil):
+    """Bug: anything but ProblemError/Unreachable killed the sender; no answer landed again."""
+    calls: list[int] = []
+
+    def script(verb: str, items: list[dict[str, Any]]) -> Any:
+        calls.append(len(items))
+        return spoil if len(calls) == 1 else ok(verb, items)
+
+    client = FakeClient(script)
+    lines: list[str] = []
+    answers = Answers(client, log=lines.append)  # type: ignore[arg-type]
+    assert send_all(answers, [("complete", job(1), {"result": {"n": 1}})]) == [None]
+    assert client.singles == [("complete", 1)]  # the spoiled batch's answer went alone
+    assert len(lines) == 1 and "sending each alone" in lines[0]
+    # The sender is alive: the next answer lands through the batch route.
+    assert send_all(answers, [("fail", job(2), {"error": "e", "retry": True})]) == [None]
+    assert client.batches[-1] == ("fail", [2])
