@@ -7,13 +7,14 @@ this module and httpx. Jobs are plain dicts, as the API sends them; every error 
 from __future__ import annotations
 
 import json
-import random
 import threading
 import time
 from datetime import datetime
 from typing import Any, Iterator
 
 import httpx
+
+from queuelog.model.jobs import backoff_seconds
 
 # Long enough for a slow database; a long poll adds its ``wait`` to the read timeout.
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -55,7 +56,7 @@ class Unreachable(ClientError):
 def backoff(tries: int, first: float = RETRY_FIRST_SECONDS,
             cap: float = RETRY_MAX_SECONDS) -> float:
     """Seconds to wait before retry number ``tries`` (0-based): capped, with equal jitter."""
-    return min(cap, first * 2 ** min(tries, 30)) * random.uniform(0.5, 1.0)
+    return backoff_seconds(tries + 1, first, cap)
 
 
 def lease_deadline(job: dict[str, Any]) -> float:
@@ -171,17 +172,6 @@ class Client:
         """Fail several held attempts in one request (``id``, ``attempt``, ``error``...)."""
         return list(self._request("POST", "jobs/fail", {"jobs": list(items)})["results"])
 
-    def outcome_of(self, job: dict[str, Any]) -> str | None:
-        """The recorded outcome of this job's attempt (``running``, ``completed``...), if known.
-
-        How a worker learns whether an answer whose reply was lost (a 503, a dropped
-        connection) was committed: a retry gets 409, and only the history can tell.
-        """
-        try:
-            return _attempt_outcome(self.get(job["id"]), job["attempt"])
-        except ClientError:
-            return None
-
     @property
     def closed(self) -> bool:
         """True once ``close`` was called."""
@@ -216,7 +206,7 @@ class Client:
                 return self._request("POST", path, body)
             except ProblemError as exc:
                 if exc.status == 409 and tries and outcome is not None:
-                    landed = self._landed(job, outcome)
+                    landed = self.landed(job, outcome)
                     if landed is not None:
                         return landed
                 if not exc.transient or self._give_up(deadline, tries):
@@ -232,7 +222,7 @@ class Client:
     def _give_up(self, deadline: float, tries: int) -> bool:
         return self._closed.is_set() or time.time() >= deadline
 
-    def _landed(self, job: dict[str, Any], outcome: str) -> dict[str, Any] | None:
+    def landed(self, job: dict[str, Any], outcome: str) -> dict[str, Any] | None:
         """The job, if its history shows that this attempt ended with ``outcome`` (else None).
 
         An earlier try whose answer was lost (a 503, a dropped connection) may have been

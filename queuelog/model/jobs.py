@@ -93,10 +93,15 @@ def isoformat(us: int | None) -> str | None:
     return to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def backoff_seconds(retry: int, base: float, cap: float, rng: random.Random) -> float:
-    """Delay before the ``retry``-th retry: exponential with equal jitter."""
-    ceiling = min(cap, base * 2 ** max(retry - 1, 0))
-    return ceiling * rng.uniform(0.5, 1.0)
+def backoff_seconds(retry: int, base: float, cap: float,
+                    rng: random.Random | None = None) -> float:
+    """Delay before the ``retry``-th retry (1-based): exponential with equal jitter.
+
+    The one copy: the store's retry ``run_at`` and the client's and runner's pauses use it.
+    """
+    # The exponent is bounded so that a very long outage cannot overflow the float.
+    ceiling = min(cap, base * 2 ** min(max(retry - 1, 0), 60))
+    return ceiling * (rng or random).uniform(0.5, 1.0)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -51,8 +51,7 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
 
 def _install(app: Flask) -> None:
     """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
-    from queuelog import cli
-    from queuelog.server import auth, errors, longpoll, metrics, retention, store
+    from queuelog.server import auth, commands, errors, longpoll, metrics, retention, store
     from queuelog.server.api import admin, audit, producer, read, types, worker
     from queuelog.server.requests.check import JobIdConverter
     from queuelog.server.ui import queue as ui
@@ -63,7 +62,7 @@ def _install(app: Flask) -> None:
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
         app.register_blueprint(blueprint)
     ui.init_app(app)
-    cli.init_app(app)
+    commands.init_app(app)
     retention.init_app(app)
 
 

@@ -1,107 +1,134 @@
-"""One claimed job in ``queuelog work``: run its command, heartbeat meanwhile, answer."""
+"""One claimed job in ``queuelog work``: run its command, heartbeat meanwhile, answer.
+
+A ``JobRun`` gets narrow collaborators (the client, the answers, a few callables), never the
+runner itself, as dramatiq's worker threads take keyword arguments and not the Worker.
+"""
 from __future__ import annotations
 
 import threading
-import time
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
-from queuelog.client import ClientError, ProblemError, Unreachable
-from queuelog.worker.process import ERROR_BYTES, JobProcess, describe_exit, parse_result
+from queuelog.client import Client, ClientError, ProblemError
+from queuelog.worker.answers import Answers
+from queuelog.worker.clock import SYSTEM, Clock
+from queuelog.worker.process import (ERROR_BYTES, STDOUT_TAIL, JobProcess, describe_exit,
+                                     parse_result)
 
-if TYPE_CHECKING:
-    from queuelog.worker.runner import Runner
+
+@dataclass(frozen=True)
+class Settings:
+    """What every job of a runner shares: the command and its limits."""
+
+    command: list[str]
+    env: dict[str, str]            # the runner's environment, less its token
+    lease: float | None = None     # --lease; None: the server's per type
+    timeout: float | None = None   # --timeout
 
 
 class JobRun:
     """Run one claimed job's command, heartbeat meanwhile, and report how it ended."""
 
-    def __init__(self, runner: Runner, job: dict[str, Any]) -> None:
-        self.runner, self.job = runner, job
-        self.client = runner.client
-        self.lease = runner.lease or lease_of(job)
+    def __init__(self, job: dict[str, Any], *, settings: Settings, client: Client,
+                 answers: Answers, must_stop: Callable[[], bool],
+                 refused: Callable[[ProblemError], None], log: Callable[[str], None],
+                 clock: Clock = SYSTEM) -> None:
+        self.job, self.settings, self.client, self.answers = job, settings, client, answers
+        self.must_stop, self.refused, self.log, self.clock = must_stop, refused, log, clock
+        self.lease = settings.lease or lease_of(job)
         self.lost = threading.Event()
         self.done = threading.Event()
-        self.started = time.monotonic()
-        self._released = False
+        self.started = clock.monotonic()
 
-    def release(self) -> None:
-        """Give the slot back (once): the command is over."""
-        if not self._released:
-            self._released = True
-            self.runner.release()
-
-    def run(self) -> None:
-        """The whole life of the job in this runner."""
+    def run(self, release: Callable[[], None]) -> None:
+        """The whole life of the job in this runner; ``release`` once its command is over."""
         try:
-            proc = JobProcess(self.runner.command, self.job.get("payload"),
-                              self.runner.child_env(self.job))
+            proc = JobProcess(self.settings.command, self.job.get("payload"), self.child_env())
         except OSError as exc:  # deleted or made unexecutable since the runner started
-            error = f"cannot run {self.runner.command[0]}: {exc}"
-            self._fail("failed", error)
+            release()
+            self._fail("failed", f"cannot run {self.settings.command[0]}: {exc}")
             return
-        beat = threading.Thread(target=self._heartbeats, args=(proc,), daemon=True)
-        beat.start()
-        ended = self._watch(proc)
-        self.done.set()
-        code = proc.finish()
-        self.release()  # the next job may start while this one's answer is sent
+        try:
+            threading.Thread(target=self.heartbeats, args=(proc.kill,), daemon=True).start()
+            ended = self._watch(proc)
+            code = proc.finish()
+        finally:
+            self.done.set()
+            release()  # the next job may start while this one's answer is sent
+        self._report(ended, code, proc)
+
+    def child_env(self) -> dict[str, str]:
+        """The command's environment: the runner's, less its token, plus the job's fields."""
+        j = self.job
+        return {**self.settings.env, "QUEUELOG_JOB_ID": str(j["id"]),
+                "QUEUELOG_JOB_TYPE": str(j["type"]), "QUEUELOG_JOB_ATTEMPT": str(j["attempt"]),
+                "QUEUELOG_JOB_PRIORITY": str(j.get("priority", ""))}
+
+    def _report(self, ended: str, code: int, proc: JobProcess) -> None:
         if self.lost.is_set():
             self._log("lost")  # the lease went to someone else: the answer is theirs now
-            return
-        if ended == "timeout":
-            error = f"timed out after {self.runner.timeout:g} s"
-            self._fail("timed-out", error)
+        elif ended == "timeout":
+            self._fail("timed-out", f"timed out after {self.settings.timeout:g} s")
         elif ended == "stopped":
             error = _with_stderr("stopped: the worker shut down and the grace period ended",
                                  proc)
             self._fail("stopped", error, retry_in=0)
         elif code == 0:
-            self._complete(parse_result(proc.stdout))
+            self._complete(parse_result(proc.stdout), proc.stdout.last(STDOUT_TAIL))
         else:
             self._fail("failed", _with_stderr(describe_exit(code), proc))
 
     def _watch(self, proc: JobProcess) -> str:
         """Wait for the command to exit, or kill it; returns why it ended."""
-        deadline = self.started + self.runner.timeout if self.runner.timeout else float("inf")
-        while not proc.wait(min(0.1, deadline - time.monotonic())):
-            if self.lost.is_set():
+        timeout = self.settings.timeout
+        deadline = self.started + timeout if timeout else float("inf")
+        while not proc.wait(min(0.1, deadline - self.clock.monotonic())):
+            why = ("lost" if self.lost.is_set() else "timeout"
+                   if self.clock.monotonic() >= deadline else "stopped"
+                   if self.must_stop() else None)
+            if why:
                 proc.kill()
-                return "lost"
-            if time.monotonic() >= deadline:
-                proc.kill()
-                return "timeout"
-            if self.runner.must_stop():
-                proc.kill()
-                return "stopped"
+                return why
         return "exited"
 
-    def _heartbeats(self, proc: JobProcess) -> None:
+    def heartbeats(self, kill: Callable[[], None]) -> None:
         """Heartbeat every third of the lease; a 409 means the lease is gone: kill, say nothing."""
         interval = max(self.lease / 3, 0.2)
         while not self.done.wait(interval):
             try:
-                self.job = self.client.heartbeat(self.job, lease_seconds=self.runner.lease)
+                self.job = self.client.heartbeat(self.job, lease_seconds=self.settings.lease)
             except ProblemError as exc:
                 if self.done.is_set():
                     return
                 if exc.status in (401, 403):
-                    self.runner.refused(exc)
+                    self.refused(exc)
                     return
                 if exc.status in (404, 409):
                     self.lost.set()
-                    proc.kill()
+                    kill()
                     return
-            except Unreachable:
-                pass  # retried until the lease would have run out; keep trying on schedule
+                self._beat_failed(f"{exc.status} {exc.detail}")
+            except Exception as exc:  # unreachable, or an answer that is not the server's
+                if self.done.is_set():
+                    return
+                self._beat_failed(f"{type(exc).__name__}: {exc}")
 
-    def _complete(self, result: dict[str, Any] | None) -> None:
+    def _beat_failed(self, why: str) -> None:
+        # Tried again on schedule; the lease may still run out, and the log says why.
+        self.log(f"job={self.job.get('id')} heartbeat failed, retrying: {why}")
+
+    def _complete(self, result: dict[str, Any] | None, stdout: str) -> None:
         item = {} if result is None else {"result": result}
         try:
-            self._answer("completed", "complete", item, quiet_422=True)
-        except ProblemError as exc:  # 422: a result over the server's size limit
+            self._answer("completed", "complete", item, refusals=(400, 422))
+        except ProblemError as exc:
+            if exc.status == 400 and result is not None and result != {"stdout": stdout}:
+                # The server refused the JSON itself (nesting too deep): keep it as text.
+                return self._complete({"stdout": stdout}, stdout)
             error = f"the server refused the result ({exc.status}): {exc.detail}"
             self._fail("failed", error, retry=False)
+        return None
 
     def _fail(self, outcome: str, error: str, *, retry: bool = True,
               retry_in: float | None = None) -> None:
@@ -111,27 +138,28 @@ class JobRun:
         self._answer(outcome, "fail", item)
 
     def _answer(self, outcome: str, verb: str, item: dict[str, Any],
-                quiet_422: bool = False) -> None:
-        """Send the answer; it is retried until it lands or the lease would have run out."""
+                refusals: tuple[int, ...] = ()) -> None:
+        """Send the answer; raises a ProblemError whose status is in ``refusals``."""
         try:
-            self.runner.answers.send(verb, self.job, item)
+            self.answers.send(verb, self.job, item)
         except ProblemError as exc:
-            if exc.status == 422 and quiet_422:
+            if exc.status in refusals:
                 raise
             if exc.status in (401, 403):
-                self.runner.refused(exc)
+                self.refused(exc)
             # 409: the lease ran out and the job went back (or to someone else) meanwhile.
-            self._log("lost" if exc.status in (404, 409) else f"unreported ({exc.status})")
+            self._log("lost" if exc.status in (404, 409) else
+                      f"unreported ({exc.status} {exc.detail})")
             return
         except ClientError as exc:
-            self._log(f"unreported ({type(exc).__name__})")
+            self._log(f"unreported ({type(exc).__name__}: {exc})")
             return
         self._log(outcome)
 
     def _log(self, outcome: str) -> None:
         j = self.job
-        self.runner.log(f"job={j['id']} type={j['type']} attempt={j['attempt']} "
-                        f"outcome={outcome} seconds={time.monotonic() - self.started:.3f}")
+        self.log(f"job={j['id']} type={j['type']} attempt={j['attempt']} "
+                 f"outcome={outcome} seconds={self.clock.monotonic() - self.started:.3f}")
 
 
 def _with_stderr(head: str, proc: JobProcess) -> str:

@@ -129,11 +129,24 @@ def parse_result(out: Capture) -> dict[str, Any] | None:
             return None
         try:
             value = json.loads(text, parse_constant=_refuse_constant)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None
-        if isinstance(value, dict):
+        if isinstance(value, dict) and _sendable(value):
             return value
     return {"stdout": out.last(STDOUT_TAIL)}
+
+
+def _sendable(value: dict[str, Any]) -> bool:
+    """True when the object can go out as JSON in UTF-8.
+
+    ``1e400`` parses as infinity and ``"\\ud800"`` as a lone surrogate: neither can be sent,
+    and the request would fail before it left (the output is then kept as text).
+    """
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeError, RecursionError):
+        return False
+    return True
 
 
 def _refuse_constant(name: str) -> Any:

@@ -10,17 +10,17 @@ import os
 import signal
 import sys
 import threading
-import time
 from typing import Any, TextIO
 
-from queuelog.worker.answers import Answers
 from queuelog.client import Client, ProblemError, Unreachable, backoff
-from queuelog.worker.job import JobRun
+from queuelog.worker.answers import Answers
+from queuelog.worker.clock import SYSTEM, Clock
+from queuelog.worker.job import JobRun, Settings
+from queuelog.worker.slots import Slots
 
 POLL_WAIT = 30            # seconds a claim long-polls (the server's maximum)
 CLAIM_BACKOFF_CAP = 15.0  # seconds between claims while the server is down, at most
 HARD_STOP_SECONDS = 5.0   # after a second signal: time left to report the killed jobs
-CLAIM_GATHER_SECONDS = 0.01  # how long a claim waits for more running jobs to end
 # Never passed to the command: the runner's own credentials.
 SECRET_ENV = ("QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE")
 
@@ -30,25 +30,24 @@ class Runner:
 
     def __init__(self, client: Client, command: list[str], *, types: list[str] | None = None,
                  concurrency: int = 1, lease: float | None = None, timeout: float | None = None,
-                 grace: float = 30.0, log: TextIO | None = None) -> None:
-        self.client, self.command = client, list(command)
-        self.types, self.concurrency = types, concurrency
-        self.lease, self.timeout, self.grace = lease, timeout, grace
+                 grace: float = 30.0, log: TextIO | None = None, clock: Clock = SYSTEM) -> None:
+        self.client, self.types, self.grace, self.clock = client, types, grace, clock
+        self.concurrency = concurrency
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        self.settings = Settings(list(command), env, lease, timeout)
         self._log_to = log or sys.stderr
         self._log_lock = threading.Lock()
-        self._state = threading.Condition()
-        self._active = 0    # commands running: the slots taken
-        self._reserved = 0  # slots a claim in flight may fill
-        self._outage = False  # claims are failing: said once, and once when they work again
-        self._jobs = 0      # job threads alive: running, or answering after their command
         self._stop = threading.Event()       # SIGTERM/SIGINT: no new claims
         self._hard = threading.Event()       # second signal or a refused key: kill now
+        self.slots = Slots(concurrency, stopped=self._stop.is_set, clock=clock)
+        self._state = self.slots.cond        # one lock for the slots and the job count
+        self._jobs = 0      # job threads alive: running, or answering after their command
+        self._outage = False  # claims are failing: said once, and once when they work again
         self._grace_end = float("inf")
         self._hard_end = float("inf")
         self._fatal: str | None = None
         self._batch_claims = concurrency > 1
-        self._env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        self.answers = Answers(client)
+        self.answers = Answers(client, log=self.log, clock=clock)
 
     # -- the main thread -----------------------------------------------------------------------
 
@@ -68,7 +67,7 @@ class Runner:
             # (up to 30 s): an idle worker stops at once.
             while self._jobs or not (self._stop.is_set()
                                      or not any(p.is_alive() for p in pollers)):
-                if self._hard.is_set() and time.monotonic() >= self._hard_end:
+                if self._hard.is_set() and self.clock.monotonic() >= self._hard_end:
                     break  # answers that cannot land now are given up
                 # Short waits: signal handlers run in this thread between them.
                 self._state.wait(0.2)
@@ -78,15 +77,14 @@ class Runner:
     def _on_signal(self, signum: int, frame: Any) -> None:
         if self._stop.is_set():
             self.log(f"{signal.Signals(signum).name} again: killing the running commands")
-            self._hard_end = time.monotonic() + HARD_STOP_SECONDS
+            self._hard_end = self.clock.monotonic() + HARD_STOP_SECONDS
             self._hard.set()
         else:
             self.log(f"{signal.Signals(signum).name}: no new jobs; running ones get "
                      f"{self.grace:g} s to finish")
-            self._grace_end = time.monotonic() + self.grace
+            self._grace_end = self.clock.monotonic() + self.grace
             self._stop.set()
-        with self._state:
-            self._state.notify_all()
+        self.slots.wake()
 
     def stop(self) -> None:
         """Stop as SIGTERM does (for callers that are not the main thread)."""
@@ -104,98 +102,91 @@ class Runner:
             self.log(reason)
         self._stop.set()
         if kill:
-            self._hard_end = time.monotonic() + HARD_STOP_SECONDS
+            self._hard_end = self.clock.monotonic() + HARD_STOP_SECONDS
             self._hard.set()
-        with self._state:
-            self._state.notify_all()
+        self.slots.wake()
 
     def refused(self, exc: ProblemError) -> None:
         """The server refused the key (401, 403): nothing this runner sends can land."""
         self.give_up(f"the server refused this key ({exc.status}): {exc.detail}", kill=True)
 
+    def must_stop(self) -> bool:
+        """True when running commands must be killed now (second signal, grace over)."""
+        return self._hard.is_set() or self.clock.monotonic() >= self._grace_end
+
     # -- the poller ----------------------------------------------------------------------------
 
     def _poll(self) -> None:
-        try:
-            self._poll_loop()
-        except Exception as exc:  # a bug, or a URL that is not a queuelog server's
-            self.give_up(f"stopped claiming: {type(exc).__name__}: {exc}", kill=False)
-
-    def _free(self) -> int:
-        return self.concurrency - self._active - self._reserved
-
-    def _poll_loop(self) -> None:
         tries = 0
         while not self._stop.is_set():
-            with self._state:
-                while self._free() <= 0 and not self._stop.is_set():
-                    self._state.wait()
-                self._gather()
-                free = self._free()
-                self._reserved += free
-            if self._stop.is_set():
-                return
-            started = time.monotonic()
             try:
-                jobs = self._claim(free)
-            except ProblemError as exc:
-                if exc.status in (401, 403):
-                    self.refused(exc)
-                    return
-                if not exc.transient:  # a 4xx to a claim (an unknown type) repeats forever
-                    self.give_up(f"the server refused the claim ({exc.status}): {exc.detail}",
-                                 kill=False)
-                    return
-                tries = self._pause(tries, f"{exc.status} {exc.detail}", exc.retry_after)
-                continue
-            except Unreachable as exc:
-                tries = self._pause(tries, str(exc), None)
-                continue
-            else:
-                with self._state:  # the claimed jobs take their slots before the rest is freed
-                    self._active += len(jobs)
-                    self._jobs += len(jobs)
-            finally:
-                with self._state:
-                    self._reserved -= free
-                    self._state.notify_all()
-            tries = 0
-            with self._state:
-                if self._outage:
-                    self._outage = False
-                    self.log("the server answers again")
-            for job in jobs:
-                self._start(job)
-            if not jobs and time.monotonic() - started < POLL_WAIT / 2:
-                # Answered early with nothing (the server's long-poll slots were full, or it
-                # is shutting down): do not hammer it.
-                self._stop.wait(backoff(2, cap=1.0))
+                tries = self.poll_once(tries)
+            except Exception as exc:  # a bug, or a URL that is not a queuelog server's
+                tries = self._pause(tries, f"{type(exc).__name__}: {exc}", None)
 
-    def _gather(self) -> None:
-        # Called holding _state with a slot free. While other jobs still run, give them a
-        # moment to finish too, so that one claim (max_jobs) fills several slots: short jobs
-        # otherwise free their slots one by one, and every claim would be for one job.
-        if not self._batch_claims:
-            return
-        until = time.monotonic() + CLAIM_GATHER_SECONDS
-        while self._active and self._free() < (self.concurrency + 1) // 2:
-            left = until - time.monotonic()
-            if left <= 0 or self._stop.is_set():
-                return
-            self._state.wait(left)
+    def poll_once(self, tries: int) -> int:
+        """Reserve the free slots, claim, start the jobs; returns the claim's failure count."""
+        free = self.slots.reserve()
+        if not free:
+            return tries  # stopped
+        started, jobs = self.clock.monotonic(), []
+        try:
+            jobs = self._claim(free)
+        except ProblemError as exc:
+            return self._claim_refused(exc, tries)
+        except Unreachable as exc:
+            return self._pause(tries, str(exc), None)
+        finally:
+            with self._state:  # the claimed jobs take their slots before the rest is freed
+                self._jobs += len(jobs)
+            self.slots.settle(free, len(jobs))
+        self._answered()
+        for job in jobs:
+            self._start(job)
+        if not jobs and self.clock.monotonic() - started < POLL_WAIT / 2:
+            # Answered early with nothing (the server's long-poll slots were full, or it
+            # is shutting down): do not hammer it.
+            self.clock.sleep(backoff(2, cap=1.0), self._stop)
+        return 0
+
+    def _claim_refused(self, exc: ProblemError, tries: int) -> int:
+        if exc.status in (401, 403):
+            self.refused(exc)
+        elif not exc.transient:  # a 4xx to a claim (an unknown type) repeats forever
+            self.give_up(f"the server refused the claim ({exc.status}): {exc.detail}",
+                         kill=False)
+        else:
+            return self._pause(tries, f"{exc.status} {exc.detail}", exc.retry_after)
+        return tries
+
+    def _answered(self) -> None:
+        with self._state:
+            if self._outage:
+                self._outage = False
+                self.log("the server answers again")
 
     def _claim(self, free: int) -> list[dict[str, Any]]:
+        """Claim up to ``free`` jobs (at least one slot is reserved); only well-formed ones."""
         if self._batch_claims and free > 1:
             try:
-                got = self.client.claim(self.types, wait=POLL_WAIT, max_jobs=free,
-                                        lease_seconds=self.lease)
-                return list(got or [])  # type: ignore[arg-type]
+                got: Any = self.client.claim(self.types, wait=POLL_WAIT, max_jobs=free,
+                                             lease_seconds=self.settings.lease)
+                return self._well_formed(got, free)
             except ProblemError as exc:
                 if exc.status != 422 or "max_jobs" not in str(exc.errors):
                     raise
                 self._batch_claims = False  # an older server: claim one at a time
-        job = self.client.claim(self.types, wait=POLL_WAIT, lease_seconds=self.lease)
-        return [job] if job else []  # type: ignore[list-item]
+        job = self.client.claim(self.types, wait=POLL_WAIT, lease_seconds=self.settings.lease)
+        return self._well_formed([job] if job else [], 1)
+
+    def _well_formed(self, jobs: Any, free: int) -> list[dict[str, Any]]:
+        """The claimed jobs the runner can run; a malformed answer is one line, then skipped."""
+        good = [j for j in jobs if _is_job(j)] if isinstance(jobs, list) else []
+        if len(good) != (len(jobs) if isinstance(jobs, list) else 1) or len(good) > free:
+            self.log(f"the server's claim answer is malformed ({str(jobs)[:200]}); "
+                     "claiming again")
+            return good[:free]  # a job beyond the free slots would break --concurrency
+        return good
 
     def _pause(self, tries: int, why: str, retry_after: float | None) -> int:
         with self._state:
@@ -204,44 +195,40 @@ class Runner:
                 self.log(f"cannot claim, retrying with backoff: {why}")
         delay = max(backoff(tries, first=0.5, cap=CLAIM_BACKOFF_CAP),
                     min(retry_after or 0, CLAIM_BACKOFF_CAP))
-        self._stop.wait(delay)
+        self.clock.sleep(delay, self._stop)
         return tries + 1
 
     def _start(self, job: dict[str, Any]) -> None:
-        # Its slot is already counted (in _active and _jobs) by the claim that got it.
+        # Its slot is already counted (in the slots and _jobs) by the claim that got it.
         threading.Thread(target=self._job_thread, args=(job,), daemon=True,
                          name=f"queuelog-job-{job['id']}").start()
 
     # -- one job -------------------------------------------------------------------------------
 
     def _job_thread(self, job: dict[str, Any]) -> None:
-        run = JobRun(self, job)
+        released = threading.Event()
+
+        def release() -> None:  # once, whichever way the job ends
+            if not released.is_set():
+                released.set()
+                self.slots.release()
         try:
-            run.run()
+            JobRun(job, settings=self.settings, client=self.client, answers=self.answers,
+                   must_stop=self.must_stop, refused=self.refused, log=self.log,
+                   clock=self.clock).run(release)
         except Exception as exc:  # a bug here must not stop the other jobs or hang the exit
             self.log(f"job={job.get('id')} internal error: {type(exc).__name__}: {exc}")
         finally:
-            run.release()
+            release()
             with self._state:
                 self._jobs -= 1
                 self._state.notify_all()
 
-    def release(self) -> None:
-        """A job's command has ended: its slot is free while its answer is on the way."""
-        with self._state:
-            self._active -= 1
-            self._state.notify_all()
 
-    def child_env(self, job: dict[str, Any]) -> dict[str, str]:
-        """The command's environment: the runner's, less its token, plus the job's fields."""
-        return {**self._env, "QUEUELOG_JOB_ID": str(job["id"]),
-                "QUEUELOG_JOB_TYPE": str(job["type"]),
-                "QUEUELOG_JOB_ATTEMPT": str(job["attempt"]),
-                "QUEUELOG_JOB_PRIORITY": str(job.get("priority", ""))}
-
-    def must_stop(self) -> bool:
-        """True when running commands must be killed now (second signal, grace over)."""
-        return self._hard.is_set() or time.monotonic() >= self._grace_end
+def _is_job(job: Any) -> bool:
+    """A claimed job as the runner needs it: an id, a type and an attempt."""
+    return (isinstance(job, dict) and isinstance(job.get("id"), int)
+            and isinstance(job.get("attempt"), int) and isinstance(job.get("type"), str))
 
 
 def read_token(token_file: str | None, token: str | None) -> str:

@@ -269,7 +269,41 @@ def _version() -> str:
 
 def test_flask_app_cli_has_every_command(app):
     """``flask --app app NAME`` reaches the same commands as ``queuelog NAME``."""
-    from queuelog.cli import main
-    assert set(main.commands) - {"run"} <= set(app.cli.commands)
-    for name in set(main.commands) - {"run"}:
-        assert app.cli.commands[name] is main.commands[name]
+    import click
+
+    from queuelog.cli import SERVER_COMMANDS, main
+    from queuelog.server.commands import server
+    assert set(server.commands) == set(SERVER_COMMANDS)
+    ctx = click.Context(main)
+    names = set(main.list_commands(ctx)) - {"run"}
+    assert names == set(app.cli.commands) & names and "work" in names
+    for name in names:
+        assert app.cli.commands[name] is main.get_command(ctx, name)
+
+
+def test_the_help_lists_each_server_command_with_its_own_short_help():
+    """``queuelog --help`` names the server commands without loading them: the same words."""
+    from click.utils import make_default_short_help
+
+    from queuelog.cli import SERVER_COMMANDS
+    from queuelog.server.commands import server
+    for name, command in server.commands.items():
+        for width in (30, 65, 200):  # the terminal's width decides where it is cut
+            assert make_default_short_help(SERVER_COMMANDS[name], width) == \
+                command.get_short_help_str(width), (name, width)
+
+
+def test_work_help_and_version_import_no_flask_and_no_sqlalchemy(tmp_path):
+    """The console script loads the server's commands only when one of them is asked for."""
+    site, env = _bare_install(tmp_path)
+    probe = ("import sys, runpy; sys.argv = ['queuelog', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('queuelog', run_name='__main__')\n"
+             "except SystemExit:\n    pass\n"
+             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('flask', "
+             "'sqlalchemy') or m.startswith('queuelog.server')), file=sys.stderr)")
+    for args in (["work", "--help"], ["--help"], ["--version"]):
+        proc = subprocess.run([sys.executable, "-c", probe, *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip(), args  # it did print the help or the version
+        assert proc.stderr.strip().splitlines()[-1] == "[]", (args, proc.stderr)

@@ -10,7 +10,7 @@ import pytest
 
 from queuelog.worker import answers as answers_module
 from queuelog.worker.answers import Answers
-from queuelog.client import ProblemError, Unreachable
+from queuelog.client import ClientError, ProblemError, Unreachable
 
 
 def lease_in(seconds: float) -> str:
@@ -61,8 +61,8 @@ class FakeClient:
         self.singles.append(("fail", job["id"]))
         return job
 
-    def outcome_of(self, job: dict[str, Any]) -> str | None:
-        return self.outcomes.get(job["id"])
+    def landed(self, job: dict[str, Any], outcome: str) -> dict[str, Any] | None:
+        return job if self.outcomes.get(job["id"]) == outcome else None
 
 
 def ok(verb: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -98,7 +98,7 @@ def send_all(answers: Answers, calls: list[tuple[str, dict[str, Any], dict[str, 
 def test_answers_that_wait_together_go_in_one_request():
     client = FakeClient(ok)
     client.gate.clear()  # the first request hangs until the others have queued
-    answers = Answers(client)  # type: ignore[arg-type]
+    answers = Answers(client, log=print)  # type: ignore[arg-type]
     calls = [("complete", job(n), {"result": {"n": n}}) for n in range(1, 7)]
     calls.append(("fail", job(7), {"error": "boom", "retry": True}))
     threading.Timer(0.3, client.gate.set).start()
@@ -120,7 +120,7 @@ def test_a_batch_that_did_not_land_is_retried_and_a_lost_answer_is_found():
                 for i in items]
 
     client = FakeClient(script)
-    assert send_all(Answers(client), [("complete", job(1), {})]) == [None]  # type: ignore
+    assert send_all(Answers(client, log=print), [("complete", job(1), {})]) == [None]  # type: ignore
     assert tries == [1, 1]
 
 
@@ -131,14 +131,14 @@ def test_a_409_for_an_answer_that_never_landed_is_raised():
 
     client = FakeClient(script)
     client.outcomes[1] = "lease_expired"
-    (error,) = send_all(Answers(client), [("complete", job(1), {})])  # type: ignore[arg-type]
+    (error,) = send_all(Answers(client, log=print), [("complete", job(1), {})])  # type: ignore[arg-type]
     assert isinstance(error, ProblemError) and error.status == 409
 
 
 def test_retries_end_with_the_lease():
     client = FakeClient(lambda verb, items: Unreachable("connection refused"))
     began = time.monotonic()
-    (error,) = send_all(Answers(client), [("fail", job(1, lease=0.3),  # type: ignore[arg-type]
+    (error,) = send_all(Answers(client, log=print), [("fail", job(1, lease=0.3),  # type: ignore[arg-type]
                                            {"error": "x", "retry": True})])
     assert isinstance(error, Unreachable) and time.monotonic() - began < 3
     assert len(client.batches) > 2
@@ -146,14 +146,14 @@ def test_retries_end_with_the_lease():
 
 def test_without_batch_routes_or_when_a_batch_is_refused_each_answer_goes_alone():
     old_server = FakeClient(lambda verb, items: ProblemError(404, "urn:x:not-found", "no"))
-    answers = Answers(old_server)  # type: ignore[arg-type]
+    answers = Answers(old_server, log=print)  # type: ignore[arg-type]
     assert send_all(answers, [("complete", job(1), {})]) == [None]
     assert send_all(answers, [("fail", job(2), {"error": "e", "retry": True})]) == [None]
     assert len(old_server.batches) == 1  # asked once, then single calls only
     assert old_server.singles == [("complete", 1), ("fail", 2)]
 
     spoiled = FakeClient(lambda verb, items: ProblemError(422, "urn:x:validation-error", "x"))
-    client_answers = Answers(spoiled)  # type: ignore[arg-type]
+    client_answers = Answers(spoiled, log=print)  # type: ignore[arg-type]
     spoiled.gate.clear()
     threading.Timer(0.3, spoiled.gate.set).start()
     errors = send_all(client_answers, [("complete", job(1), {"result": {"huge": 1}}),
@@ -161,3 +161,29 @@ def test_without_batch_routes_or_when_a_batch_is_refused_each_answer_goes_alone(
     assert isinstance(errors[0], ProblemError) and errors[0].status == 422
     assert errors[1] is None
     assert sorted(spoiled.singles) == [("complete", 1), ("complete", 2)]
+
+
+@pytest.mark.parametrize("spoil", [
+    ValueError("Out of range float values are not JSON compliant"),  # httpx and 1e400
+    UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+    ClientError("the answer to POST /jobs/complete is not JSON"),     # a proxy's HTML page
+    TypeError("'NoneType' object is not iterable"),                  # {"results": null}
+    [],                                                              # too few results
+], ids=["1e400", "surrogate", "html", "results-null", "results-short"])
+def test_the_sender_survives_any_error_and_every_answer_is_settled(spoil):
+    """Bug: anything but ProblemError/Unreachable killed the sender; no answer landed again."""
+    calls: list[int] = []
+
+    def script(verb: str, items: list[dict[str, Any]]) -> Any:
+        calls.append(len(items))
+        return spoil if len(calls) == 1 else ok(verb, items)
+
+    client = FakeClient(script)
+    lines: list[str] = []
+    answers = Answers(client, log=lines.append)  # type: ignore[arg-type]
+    assert send_all(answers, [("complete", job(1), {"result": {"n": 1}})]) == [None]
+    assert client.singles == [("complete", 1)]  # the spoiled batch's answer went alone
+    assert len(lines) == 1 and "sending each alone" in lines[0]
+    # The sender is alive: the next answer lands through the batch route.
+    assert send_all(answers, [("fail", job(2), {"error": "e", "retry": True})]) == [None]
+    assert client.batches[-1] == ("fail", [2])

@@ -1,0 +1,324 @@
+"""The server's commands (``init-db``, ``db``, ``keys``, ``users``, ``purge``, ``audit``,
+``backup``, ``run``), on ``app.cli`` and, loaded lazily, in the ``queuelog`` console script.
+
+A command that needs the app (config, database) takes ``@with_appcontext`` (an ``AppGroup``
+gives it to its subcommands): the app is created only when such a command runs. ``bind``
+gives the console script's context the ``ScriptInfo`` that ``with_appcontext`` loads it from.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from flask import Flask
+from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
+
+from queuelog.model.jobs import FINISHED, Priority, Status, isoformat
+from queuelog.model.problems import Conflict
+from queuelog.server import actions, retention
+from queuelog.server.auth import KEY_ROLES, USER_ROLES, hash_password
+from queuelog.server.errors import is_unavailable, one_line
+from queuelog.server.requests.check import is_name
+from queuelog.server.store import get_store
+
+
+def parse_duration(text: str) -> int:
+    """``30s``, ``15min``, ``12h``, ``7d``, ``2w`` (or bare seconds) as seconds."""
+    try:
+        return retention.parse_duration(text)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--older-than") from None
+
+
+def _create_app() -> Flask:
+    from queuelog import create_app
+    from queuelog.server.config import ConfigError
+    try:
+        return create_app(serving=False)
+    except ConfigError as exc:  # one line that names the setting, not a traceback
+        raise click.ClickException(f"configuration: {exc}") from None
+
+
+def bind(ctx: click.Context) -> None:
+    """Give the console script's context what ``with_appcontext`` loads the app from."""
+    if not isinstance(ctx.obj, ScriptInfo):
+        ctx.obj = ScriptInfo(create_app=_create_app, set_debug_flag=False)
+
+
+def explain(exc: Exception) -> Exception:
+    """A database that does not answer as one line (exit 1); any other error as it is."""
+    if not is_unavailable(exc):
+        return exc
+    return click.ClickException(
+        f"the database is unavailable ({one_line(exc)}); try again when it is "
+        "back (a change may or may not have been made)")
+
+
+# The commands' home: the console script resolves names here, app.cli gets copies.
+server = click.Group("queuelog-server")
+
+
+@server.command("init-db")
+@with_appcontext
+def init_db() -> None:
+    """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
+    from flask import current_app
+
+    from queuelog.server import bootstrap_admin
+    _upgrade()
+    bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
+
+
+@server.group("db", cls=AppGroup)
+def db() -> None:
+    """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
+    from queuelog.server.store.engine import start_upgrade_deferred
+    # Load the app (when the subcommand does) without the start-up upgrade: `db current`
+    # shows the revision as found, and `db upgrade` reports what it did.
+    click.get_current_context().with_resource(start_upgrade_deferred())
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Migrate the schema to the newest revision (servers also do it when they start)."""
+    _upgrade()
+
+
+@db.command("current")
+def db_current() -> None:
+    """Print the database's schema revision."""
+    from queuelog.server.store import migrate
+    revision, newest = migrate.current(get_store().engine), migrate.head()
+    shown = revision or "none (an empty database, or one made before revisions)"
+    click.echo(f"{shown} (head)" if revision == newest else f"{shown} (head is {newest})")
+
+
+def _upgrade() -> None:
+    from queuelog.server.store import migrate
+    before, after = migrate.upgrade(get_store().engine)
+    if before == after:
+        click.echo(f"The database is ready: already at {after} (the newest revision).")
+    else:
+        click.echo(f"The database is ready: upgraded from {before or 'no revision'} to {after}.")
+
+
+# AppGroup/with_appcontext: app.test_cli_runner() invokes app.cli directly, where no
+# FlaskGroup pushes the app context for plain click commands.
+@server.group("keys", cls=AppGroup)
+def keys() -> None:
+    """Create, list and revoke API keys."""
+
+
+@keys.command("create")
+@click.option("--name", required=True, help="The key's name; for a worker, its identity.")
+@click.option("--role", required=True, type=click.Choice(KEY_ROLES))
+@click.option("--types", default=None, help="Comma-separated job types this key may use.")
+@click.option("--max-priority", default="medium", show_default=True,
+              type=click.Choice([p.label for p in Priority]),
+              help="Highest priority a producer key may enqueue at.")
+def keys_create(name: str, role: str, types: str | None, max_priority: str) -> None:
+    """Create a key and print its token (last line); the token is not shown again."""
+    from flask import current_app
+    name = name.strip()
+    if not is_name(name):
+        raise click.BadParameter("must be 1 to 100 printable characters", param_hint="--name")
+    type_list = None
+    if types is not None:
+        type_list = [t.strip() for t in types.split(",") if t.strip()]
+        unknown = sorted(set(type_list) - set(current_app.config["JOB_TYPES"]))
+        if unknown or not type_list:
+            raise click.BadParameter(f"unknown job types: {', '.join(unknown) or '(none given)'}",
+                                     param_hint="--types")
+    try:
+        key, token = actions.create_key(actions.CLI, name, role, types=type_list,
+                                        max_priority=int(Priority.from_label(max_priority)))
+    except Conflict as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"Created {key.role} key {key.name!r}. Its token, shown only now:", err=True)
+    click.echo(token)
+
+
+@keys.command("list")
+def keys_list() -> None:
+    """List keys without their secrets."""
+    rows = get_store().accounts.list_keys()
+    people = {u.username for u in get_store().accounts.list_users()}
+    click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
+               f"{'CREATED':<28} STATUS")
+    for k in rows:
+        status = "active" if k.revoked_at is None else f"revoked {isoformat(k.revoked_at)}"
+        if k.revoked_at is None and k.name in people:  # one name space: the key is refused
+            status = "refused: a user has this name; revoke it, create it under another"
+        click.echo(f"{k.name:<24} {k.role:<9} {','.join(k.types or ['*']):<20} "
+                   f"{_priority_column(k.role, k.max_priority):<13} "
+                   f"{isoformat(k.created_at):<28} {status}")
+
+
+def _priority_column(role: str, max_priority: int) -> str:
+    # Only producer keys are held to a ceiling; for the others the stored value means nothing.
+    return Priority.from_value(max_priority).label if role == "producer" else "-"
+
+
+@keys.command("revoke")
+@click.argument("name")
+def keys_revoke(name: str) -> None:
+    """Revoke the active key NAME; it stops working at once."""
+    if not actions.revoke_key(actions.CLI, name):
+        raise click.ClickException(f"No active key named {name!r}.")
+    click.echo(f"Revoked key {name!r}.")
+
+
+@server.group("users", cls=AppGroup)
+def users() -> None:
+    """Manage the people who sign in to the dashboard."""
+
+
+@users.command("create")
+@click.argument("username")
+@click.option("--role", required=True, type=click.Choice(USER_ROLES))
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+def users_create(username: str, role: str, password_stdin: bool) -> None:
+    """Add a person who signs in with USERNAME and a password."""
+    if not is_name(username) or ":" in username:
+        raise click.BadParameter("must be 1 to 100 printable characters without ':'",
+                                 param_hint="USERNAME")
+    password = _read_password(password_stdin)
+    try:
+        actions.create_user(actions.CLI, username, hash_password(password), role)
+    except Conflict as exc:
+        raise click.ClickException(exc.detail) from None
+    click.echo(f"Created {role} {username!r}.")
+
+
+@users.command("list")
+def users_list() -> None:
+    """List the people who may sign in, without their passwords."""
+    click.echo(f"{'USERNAME':<24} ROLE")
+    for user in get_store().accounts.list_users():
+        click.echo(f"{user.username:<24} {user.role}")
+
+
+@users.command("delete")
+@click.argument("username")
+def users_delete(username: str) -> None:
+    """Remove USERNAME; signed-in sessions stop within AUTH_CACHE_SECONDS."""
+    if not actions.delete_user(actions.CLI, username):
+        raise click.ClickException(f"No user named {username!r}.")
+    click.echo(f"Deleted user {username!r}.")
+
+
+@users.command("set-password")
+@click.argument("username")
+@click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
+def users_set_password(username: str, password_stdin: bool) -> None:
+    """Give USERNAME a new password; the old one stops within AUTH_CACHE_SECONDS."""
+    accounts = get_store().accounts
+    if accounts.user(username) is None:
+        raise click.ClickException(f"No user named {username!r}.")
+    if not actions.set_password(actions.CLI, username,
+                                hash_password(_read_password(password_stdin))):
+        raise click.ClickException(f"No user named {username!r}.")  # deleted meanwhile
+    click.echo(f"Changed the password of {username!r}.")
+
+
+def _read_password(from_stdin: bool) -> str:
+    """A new password from standard input or a confirmed prompt; never empty."""
+    if from_stdin:
+        password = sys.stdin.readline().rstrip("\r\n")
+    else:
+        password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    if not password:
+        raise click.ClickException("The password must not be empty.")
+    if len(password) < 12:
+        # Not refused: the contract sets no minimum, and scripts provision test users.
+        click.echo("warning: a password shorter than 12 characters is easy to guess.", err=True)
+    return password
+
+
+@server.command("purge")
+@click.option("--older-than", "older_than", default=None,
+              help="Delete jobs finished longer ago than this: 30s, 15min, 12h, 7d, 2w "
+                   "(m alone is refused: minutes or months?).")
+@click.option("--status", "statuses", multiple=True,
+              type=click.Choice([s.value for s in FINISHED]),
+              help="Only these finished statuses (repeatable); default all finished.")
+@click.option("--audit-older-than", "audit_older_than", default=None,
+              help="Also delete audit events older than this (the only way they go).")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@with_appcontext
+def purge(older_than: str | None, statuses: tuple[str, ...],
+          audit_older_than: str | None, dry_run: bool) -> None:
+    """Delete finished jobs past retention, with their history, in small batches."""
+    if older_than is None and audit_older_than is None:
+        raise click.UsageError("Give --older-than, --audit-older-than or both.")
+    audit_seconds = None
+    if audit_older_than is not None:
+        try:
+            audit_seconds = retention.parse_duration(audit_older_than)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--audit-older-than") from None
+    if older_than is not None:
+        seconds = parse_duration(older_than)
+        chosen = [Status(s) for s in statuses] or list(FINISHED)
+        if dry_run:
+            count = get_store().count_purgeable(seconds * 1_000_000, chosen)
+            click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
+        else:
+            deleted = actions.purge(actions.CLI, seconds, chosen)
+            click.echo(f"Deleted {deleted} job(s).")
+    if audit_seconds is not None:
+        if dry_run:
+            click.echo("Audit events are not counted by --dry-run; nothing deleted.")
+        else:
+            click.echo(f"Deleted {actions.purge_audit(actions.CLI, audit_seconds)} "
+                       "audit event(s).")
+
+
+@server.command("audit")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 10_000),
+              help="How many of the newest events to show.")
+@with_appcontext
+def audit(limit: int) -> None:
+    """Show the newest audit events: who changed what, newest first."""
+    events, _ = actions.audit_events(None, limit=limit)
+    click.echo(f"{'AT':<28} {'ACTOR':<20} {'ACTION':<14} {'TARGET':<20} DETAIL")
+    for e in events:
+        detail = json.dumps(e.detail, separators=(",", ":"), sort_keys=True) if e.detail else ""
+        click.echo(f"{isoformat(e.at):<28} {e.actor:<20} {e.action:<14} "
+                   f"{e.target or '-':<20} {detail}")
+
+
+@server.command("backup")
+@click.argument("path", type=click.Path(dir_okay=False))
+@with_appcontext
+def backup(path: str) -> None:
+    """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
+    from queuelog.server.store.backup import BackupRefused, backup_sqlite
+    try:
+        done = backup_sqlite(get_store().engine, path)
+    except BackupRefused as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"Backed up {done.jobs} job(s) to {done.path} ({done.bytes:,} bytes).")
+
+
+def init_app(app: Flask) -> None:
+    """Register the commands on ``app.cli`` (so ``flask --app app ...`` has them too)."""
+    from queuelog.worker.command import work
+    for name, command in server.commands.items():
+        if name != "run":  # ``flask run`` stays Flask's; app.py creates the first admin
+            app.cli.add_command(command)
+    app.cli.add_command(work)
+
+
+def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
+    # Flask's own ``run``, after creating the first admin: "printed once at first start".
+    from queuelog.server import bootstrap_admin
+    bootstrap_admin(click.get_current_context().ensure_object(ScriptInfo).load_app())
+    return run_command.callback(*args, **kwargs)  # type: ignore[misc]
+
+
+server.add_command(click.Command("run", callback=_run_with_first_admin,
+                                 params=run_command.params, help=run_command.help,
+                                 short_help=run_command.short_help))

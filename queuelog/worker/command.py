@@ -1,0 +1,53 @@
+"""``queuelog work``: the worker runner's command line (click, the client and the runner only).
+
+Its own module so that the console script (``queuelog.cli``) and the server's ``app.cli``
+(``flask --app app work``) both offer it without importing each other.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import click
+
+
+@click.command("work", context_settings={"allow_interspersed_args": False})
+@click.option("--url", envvar="QUEUELOG_URL", metavar="URL",
+              help="The queuelog server (else $QUEUELOG_URL).")
+@click.option("--token-file", metavar="PATH",
+              help="File holding the worker key (else $QUEUELOG_TOKEN_FILE, else "
+                   "$QUEUELOG_TOKEN); never the token itself, which every user could read.")
+@click.option("--types", default=None, help="Comma-separated job types to claim.")
+@click.option("--concurrency", type=click.IntRange(1, 100), default=1, show_default=True,
+              help="Jobs run at once.")
+@click.option("--lease", type=click.FloatRange(1, 43_200), default=None,
+              help="Lease in seconds (default: the server's for the job's type).")
+@click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help="Seconds a job's command may run before its process group is killed.")
+@click.option("--grace", type=click.FloatRange(0), default=30, show_default=True,
+              help="Seconds running commands get to finish after SIGTERM or SIGINT.")
+@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND [ARG...]")
+def work(url: str | None, token_file: str | None, types: str | None, concurrency: int,
+         lease: float | None, timeout: float | None, grace: float,
+         command: tuple[str, ...]) -> None:
+    """Run COMMAND for every job claimed: payload on stdin, exit 0 completes it.
+
+    It speaks HTTP to the server at URL, and loads no app and writes no file here.
+    """
+    from queuelog.client import Client
+    from queuelog.worker.runner import Runner, read_token
+    if not url:
+        raise click.UsageError("no server: give --url or set QUEUELOG_URL")
+    try:
+        token = read_token(token_file or os.environ.get("QUEUELOG_TOKEN_FILE"),
+                           os.environ.get("QUEUELOG_TOKEN"))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    if shutil.which(command[0]) is None:
+        raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
+    type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
+    client = Client(url, token)
+    runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
+                    lease=lease, timeout=timeout, grace=grace)
+    sys.exit(runner.run())
