@@ -17,14 +17,14 @@ from queuelog.server.longpoll import PollResult, long_polls
 from queuelog.server.sanitize import sanitize_error
 from queuelog.server.requests.bodies import MAX_LEASE, MAX_WAIT  # noqa: F401  (re-exported: their old home)
 from queuelog.server.store import get_store
-from queuelog.server.requests.check import body, compact, field_errors, given
+from queuelog.server.requests.check import FieldErrors, body, field_errors, given
+from queuelog.server.requests.parse import compact
 from queuelog.server.api import job_json
 from queuelog.server.api.disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
 JOB_ID = "<job_id:job_id>"
-Errors = list[dict[str, str]]
 
 
 @bp.post("/jobs/claim")
@@ -86,7 +86,7 @@ def heartbeat(job_id: int) -> Any:
 @require("worker", write=True)
 def complete(job_id: int) -> Any:
     """Complete a held job, with an optional result object."""
-    errors: Errors = []
+    errors = FieldErrors()
     data = body("CompleteRequest", errors)
     result_json = _result_json(data, "result", errors)
     field_errors(errors)
@@ -107,7 +107,7 @@ def fail(job_id: int) -> Any:
 @require("worker", write=True)
 def complete_batch() -> Any:
     """Complete many held jobs in one transaction; each item fenced and answered on its own."""
-    errors: Errors = []
+    errors = FieldErrors()
     data = body("CompleteBatch", errors)
     items = _items(data, errors)
     results = [_result_json(item, f"jobs[{i}].result", errors) for i, item in enumerate(items)]
@@ -121,7 +121,7 @@ def complete_batch() -> Any:
 @require("worker", write=True)
 def fail_batch() -> Any:
     """Fail many held attempts in one transaction; each item fenced and answered on its own."""
-    errors: Errors = []
+    errors = FieldErrors()
     items = _items(body("FailBatch", errors), errors)
     field_errors(errors)
     done = actions.fail_many(current_user(), [
@@ -130,9 +130,9 @@ def fail_batch() -> Any:
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
 
-def _items(data: dict[str, Any], errors: Errors) -> list[dict[str, Any]]:
+def _items(data: dict[str, Any], errors: FieldErrors) -> list[dict[str, Any]]:
     """A checked batch's items; the same job twice in one request is a 422."""
-    if any(e["field"] == "jobs" for e in errors):
+    if errors.exactly("jobs"):
         return []  # not a list, or over MAX_BATCH: its items were not checked
     items: list[dict[str, Any]] = data["jobs"]
     first: dict[int, int] = {}
@@ -147,10 +147,10 @@ def _items(data: dict[str, Any], errors: Errors) -> list[dict[str, Any]]:
     return items
 
 
-def _result_json(data: dict[str, Any], field: str, errors: Errors) -> str | None:
+def _result_json(data: dict[str, Any], field: str, errors: FieldErrors) -> str | None:
     """A result object as stored (compact JSON); too large is an error at ``field``."""
     result = data.get("result") if isinstance(data, dict) else None
-    if not isinstance(result, dict) or any(e["field"] == field for e in errors):
+    if not isinstance(result, dict) or errors.at(field):
         return None
     out = compact(result)
     limit = current_app.config["MAX_PAYLOAD_BYTES"]
