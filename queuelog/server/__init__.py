@@ -62,7 +62,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     from queuelog.server.api import admin, audit, producer, read, types, worker
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
         app.register_blueprint(blueprint)
-    from queuelog.server.ui import queue as ui
+    from queuelog.server import ui
     ui.init_app(app)
     cli.init_app(app)
     from queuelog.server import retention

@@ -144,3 +144,8 @@ def field_errors(errors: Iterable[dict[str, str]]) -> None:
         raise ValidationFailed("; ".join(f"{e['field']}: {e['detail']}" for e in shown),
                                errors=shown)
 
+
+
+def params(name: str) -> list[str]:
+    """The parameter names of the declared query string ``name``."""
+    return list(_declared(current_app)[name].schema["properties"])

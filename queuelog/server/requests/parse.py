@@ -135,9 +135,10 @@ def object_body() -> tuple[dict[str, Any], bool]:
     return body, out_of_range
 
 
-def is_timestamp(value: str) -> bool:
-    """Whether ``value`` is an RFC 3339 timestamp with a zone, in the years we keep."""
-    return _parse_timestamp(value)[1] is None
+def is_timestamp(value: Any) -> bool:
+    """Whether ``value`` is an RFC 3339 timestamp with a zone, in the years we keep (a
+    non-string passes: JSON Schema's ``format`` speaks of strings only)."""
+    return not isinstance(value, str) or _parse_timestamp(value)[1] is None
 
 
 def _parse_timestamp(value: str) -> tuple[int | None, str | None]:
