@@ -192,7 +192,8 @@ def _bulk(filters: JSON) -> JSON:
                          "maxItems": MAX_BULK_IDS},
                  "filter": _obj({name: _optional(schema) for name, schema in filters.items()},
                                 description="Every field optional; null means any.")},
-                minProperties=1, **{"not": {"required": ["ids", "filter"]}})
+                # The error of "both" is reported at the last name: ids.
+                minProperties=1, **{"not": {"required": ["filter", "ids"]}})
 
 
 BODIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
