@@ -51,10 +51,9 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
 
 def _install(app: Flask) -> None:
     """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
-    from queuelog.server import auth, commands, errors, longpoll, metrics, retention, store
+    from queuelog.server import auth, commands, errors, longpoll, metrics, retention, store, ui
     from queuelog.server.api import admin, audit, producer, read, types, worker
     from queuelog.server.requests.check import JobIdConverter
-    from queuelog.server.ui import queue as ui
     app.url_map.converters["job_id"] = JobIdConverter
     app.json.sort_keys = False  # type: ignore[attr-defined]
     for part in (errors, store, metrics, auth, longpoll):

@@ -123,7 +123,7 @@ def unavailable(err: BaseException, detail: str = UNAVAILABLE_DETAIL) -> Any:
     health(current_app).went_away(err, current_app.logger)
     headers = {"Retry-After": str(UNAVAILABLE_RETRY_AFTER)}
     page: Callable[..., Any] | None = current_app.extensions.get("queuelog.html_error")
-    if page is not None and request.blueprint == "ui":
+    if page is not None and "ui" in request.blueprints:
         body, status = page(503, "Database unavailable",
                             "The database is not answering right now, so this page cannot be "
                             "shown, and an action just sent may not have been done. Try "

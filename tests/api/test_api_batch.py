@@ -2,6 +2,7 @@
 POST /jobs/fail. All or nothing for enqueue, fenced item by item for complete and fail."""
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -246,3 +247,21 @@ def test_max_batch_must_be_a_positive_whole_number(tmp_path):
     with pytest.raises(ConfigError, match="MAX_BATCH"):
         create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3", "MAX_BATCH": 0,
                     "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
+
+
+@SQLITE_ONLY
+def test_a_batch_of_adversarial_items_answers_at_most_100_errors(client, producer, store):
+    """Bug 8: 500 items of 200 unknown fields (about 750 KB) answered 100,000 errors (8.5 MB)
+    after a quadratic scan of them; now at most 100 errors, a small answer, nothing stored."""
+    client.application.config["MAX_BATCH"] = 500  # the default; this module's app says 5
+    client.application.extensions.pop("queuelog.declared", None)  # recompile the bodies
+    item = {"type": "email", **{f"x{n:03d}": 1 for n in range(200)}}
+    raw = json.dumps({"jobs": [item] * 500}, separators=(",", ":"))
+    assert len(raw) < 1_000_000  # under MAX_CONTENT_LENGTH: the body is read and checked
+    resp = client.post("/jobs/batch", data=raw, content_type="application/json",
+                       headers=producer)
+    body = problem(resp, 422)
+    assert len(body["errors"]) == 100
+    assert body["errors"][0] == {"field": "jobs[0].x000", "detail": "Unknown field."}
+    assert len(resp.data) < 20_000
+    assert store.list_jobs().jobs == []

@@ -127,9 +127,9 @@ def test_producer_bulk_cancels_only_its_own_jobs(
     ("/jobs/retry", {}, "ids"),
     ("/jobs/retry", {"ids": [1], "filter": {}}, "ids"),
     ("/jobs/retry", {"ids": []}, "ids"),
-    ("/jobs/retry", {"ids": ["1"]}, "ids"),
-    ("/jobs/retry", {"ids": [True]}, "ids"),
-    ("/jobs/retry", {"ids": [0]}, "ids"),
+    ("/jobs/retry", {"ids": ["1"]}, "ids[0]"),  # the bad id, by its path
+    ("/jobs/retry", {"ids": [True]}, "ids[0]"),  # the bad id, by its path
+    ("/jobs/retry", {"ids": [0]}, "ids[0]"),  # the bad id, by its path
     ("/jobs/retry", {"ids": list(range(1, 1002))}, "ids"),
     ("/jobs/retry", {"filter": []}, "filter"),
     ("/jobs/retry", {"filter": {"status": "pending"}}, "filter.status"),

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from queuelog.model.problems import MalformedRequest, ValidationFailed
-from queuelog.server.requests.check import MAX_DEPTH, Fields, compact, idempotency_header, parse_json
+from queuelog.server.requests.parse import MAX_DEPTH, compact, idempotency_header, parse_json
 from helpers import SQLITE_ONLY, problem
 
 
@@ -32,37 +32,6 @@ def test_parse_json_accepts_strict_json_up_to_the_depth_limit():
 
 def test_compact_is_the_measured_form():
     assert compact({"a": [1, 2], "b": "\u00e9"}) == '{"a":[1,2],"b":"\u00e9"}'
-
-
-def test_fields_collects_every_error():
-    f = Fields({"n": 5, "s": "", "x": 1, "flag": "yes", "o": [], "lst": [1]},
-               ("n", "s", "flag", "o", "lst", "t"), ignored=("worker_id",))
-    assert f.integer("n", 0, 3) is None
-    assert f.string("s", max_len=5) is None
-    assert f.boolean("flag") is None
-    assert f.obj("o") is None
-    assert f.string_list("lst", max_items=3) is None
-    assert f.timestamp("t") is None  # absent and optional
-    with pytest.raises(ValidationFailed) as info:
-        f.check()
-    assert [e["field"] for e in info.value.errors] == ["x", "n", "s", "flag", "o", "lst"]
-
-
-def test_fields_accepts_good_values_and_defaults():
-    f = Fields({"n": 3, "f": 2.5, "t": "2030-01-01T00:00:00Z", "worker_id": "ignored"},
-               ("n", "f", "t", "d"), ignored=("worker_id",))
-    assert f.integer("n", 0, 3) == 3
-    assert f.number("f", 0, 3) == 2.5
-    assert f.timestamp("t") == 1_893_456_000_000_000
-    assert f.integer("d", 0, 3, default=1) == 1
-    f.check()
-
-
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), True, "1", None])
-def test_number_refuses_non_numbers(value):
-    f = Fields({"n": value}, ("n",))
-    f.number("n", 0, 10)
-    assert [e["field"] for e in f.errors] == ["n"]
 
 
 @pytest.mark.parametrize("header, key", [('"k-1"', "k-1"), ("k-1", "k-1"), (' "k 1" ', "k 1"),

@@ -3,15 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint
 
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.model.jobs import isoformat
 from queuelog.server.store import Event
-from queuelog.server.store.audit import ACTIONS as AUDIT_ACTIONS
-from queuelog.server.requests.check import field_errors
-from queuelog.server.api.read import _int_arg, decode_cursor, encode_cursor
+from queuelog.server.requests.check import query
+from queuelog.server.requests.parse import decode_cursor, encode_cursor
 
 bp = Blueprint("audit", __name__)
 
@@ -26,18 +25,9 @@ def event_json(e: Event) -> dict[str, Any]:
 @require("admin")
 def list_events() -> Any:
     """A newest-first page of audit events; filters ``action``, ``actor``; a cursor."""
-    args = request.args
-    errors: list[dict[str, str]] = []
-    action, actor = args.get("action"), args.get("actor")
-    if action is not None and action not in AUDIT_ACTIONS:
-        errors.append({"field": "action",
-                       "detail": f"Must be one of {', '.join(AUDIT_ACTIONS)}."})
-    # As GET /jobs takes a type: any 1 to 100 characters but NUL (PostgreSQL refuses it).
-    if actor is not None and (not 1 <= len(actor) <= 100 or "\x00" in actor):
-        errors.append({"field": "actor", "detail": "Must be 1 to 100 characters, no NUL."})
-    limit = _int_arg(args, "limit", 1, 200, 50, errors)
-    before = decode_cursor(args["cursor"], errors) if "cursor" in args else None
-    field_errors(errors)
+    q = query("AuditQuery")
+    action, actor, limit = q.get("action"), q.get("actor"), q.get("limit", 50)
+    before = decode_cursor(q["cursor"]) if "cursor" in q else None
     events, older = actions.audit_events(current_user(), action=action, actor=actor,
                                          limit=limit, before=before)
     return {"events": [event_json(e) for e in events],

@@ -8,7 +8,7 @@ from flask import Blueprint, current_app
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.server.store import TypeSummary
-from queuelog.server.requests.check import Fields, json_body
+from queuelog.server.requests.check import body
 
 bp = Blueprint("types", __name__)
 
@@ -48,7 +48,7 @@ def resume(job_type: str) -> Any:
 
 
 def _set(job_type: str, paused: bool) -> Any:
-    Fields(json_body(), ()).check()  # no fields; a body, if any, must be {}
+    body("Empty")  # no fields; a body, if any, must be {}
     config = current_app.config
     return type_json(actions.set_paused(current_user(), job_type, paused,
                                         list(config["JOB_TYPES"]), config["COUNT_CAP"]))

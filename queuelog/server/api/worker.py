@@ -13,14 +13,14 @@ from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.model.problems import QueuelogError
 from queuelog.model.jobs import Job
-from queuelog.server.requests.check import body, compact, field_errors, given
+from queuelog.server.requests.check import FieldErrors, body, field_errors, given
+from queuelog.server.requests.parse import compact
 from queuelog.server.api.serialize import job_json
 from queuelog.server.api.disconnect import client_gone
 
 bp = Blueprint("worker", __name__)
 
 JOB_ID = "<job_id:job_id>"
-Errors = list[dict[str, str]]
 
 
 @bp.post("/jobs/claim")
@@ -56,7 +56,7 @@ def heartbeat(job_id: int) -> Any:
 @require("worker", write=True)
 def complete(job_id: int) -> Any:
     """Complete a held job, with an optional result object."""
-    errors: Errors = []
+    errors = FieldErrors()
     data = body("CompleteRequest", errors)
     result_json = _result_json(data, "result", errors)
     field_errors(errors)
@@ -79,7 +79,7 @@ def fail(job_id: int) -> Any:
 @require("worker", write=True)
 def complete_batch() -> Any:
     """Complete many held jobs in one transaction; each item fenced and answered on its own."""
-    errors: Errors = []
+    errors = FieldErrors()
     data = body("CompleteBatch", errors)
     items = _items(data, errors)
     results = [_result_json(item, f"jobs[{i}].result", errors) for i, item in enumerate(items)]
@@ -93,7 +93,7 @@ def complete_batch() -> Any:
 @require("worker", write=True)
 def fail_batch() -> Any:
     """Fail many held attempts in one transaction; each item fenced and answered on its own."""
-    errors: Errors = []
+    errors = FieldErrors()
     items = _items(body("FailBatch", errors), errors)
     field_errors(errors)
     done = actions.fail_many(current_user(), [
@@ -102,9 +102,9 @@ def fail_batch() -> Any:
     return {"results": [_outcome(item["id"], got) for item, got in zip(items, done)]}
 
 
-def _items(data: dict[str, Any], errors: Errors) -> list[dict[str, Any]]:
+def _items(data: dict[str, Any], errors: FieldErrors) -> list[dict[str, Any]]:
     """A checked batch's items; the same job twice in one request is a 422."""
-    if any(e["field"] == "jobs" for e in errors):
+    if errors.exactly("jobs"):
         return []  # not a list, or over MAX_BATCH: its items were not checked
     items: list[dict[str, Any]] = data["jobs"]
     first: dict[int, int] = {}
@@ -119,10 +119,10 @@ def _items(data: dict[str, Any], errors: Errors) -> list[dict[str, Any]]:
     return items
 
 
-def _result_json(data: dict[str, Any], field: str, errors: Errors) -> str | None:
+def _result_json(data: dict[str, Any], field: str, errors: FieldErrors) -> str | None:
     """A result object as stored (compact JSON); too large is an error at ``field``."""
     result = data.get("result") if isinstance(data, dict) else None
-    if not isinstance(result, dict) or any(e["field"] == field for e in errors):
+    if not isinstance(result, dict) or errors.at(field):
         return None
     out = compact(result)
     limit = current_app.config["MAX_PAYLOAD_BYTES"]

@@ -1,31 +1,32 @@
-"""Every JSON request body of the API, declared once, as a JSON Schema.
+"""Every request body and query string of the API and the dashboard, declared once, as JSON
+Schema.
 
-One declaration drives three things: the checks (``validation.body("NewJob")`` answers 422
-with every error, each at its contract-style path, e.g. ``jobs[3].priority``), the names of
-those paths, and the ``requestBody`` of ``/openapi.json`` (``openapi.py`` publishes
-``bodies(config)`` as its components). So the document cannot drift from what is enforced.
+One declaration drives three things: the checks (``check.body("NewJob")`` answers 422 with
+every error, each at its contract-style path, e.g. ``jobs[3].priority``; ``check.query``
+likewise for a query string), the dashboard's filters (``ui/filters.py``), and
+``/openapi.json`` (``openapi.py`` publishes ``bodies(config)`` as its components and
+``queries(config)`` as each GET's parameters). So the document cannot drift from what is
+enforced.
 
 To add a body:
 
-1. Write ``def _my_body(config) -> JSON`` below with the keywords ``schema_compiler``
-   supports (``type``, ``properties``, ``required``, ``additionalProperties``, ``items``,
-   ``minItems``/``maxItems``, ``minimum``/``maximum``, ``minLength``/``maxLength``, ``enum``,
-   ``pattern``, ``format: date-time``, ``not: {required: [a, b]}`` with optional
-   ``properties`` of a ``type`` each); anything else is refused
-   at start-up. Optional fields take ``null`` for "left out" (``_optional``), except where
-   the contract says otherwise (``payload``). Close objects (``_obj`` does) so an unknown
-   field is a 422.
-2. Add it to ``BODIES`` under the name the document will use.
+1. Write ``def _my_body(config) -> JSON`` below in plain JSON Schema 2020-12 (checked by
+   fastjsonschema, explained by jsonschema: ``check.py``). Optional fields take ``null`` for
+   "left out" (``_optional``), except where the contract says otherwise (``payload``). Close
+   objects (``_obj`` does) so an unknown field is a 422. A ``pattern`` gets its wording in
+   ``PATTERN_DETAILS``; ``format: date-time`` is the RFC 3339 parser of ``parse.py``.
+2. Add it to ``BODIES`` under the name the document will use (a query string: ``QUERIES``,
+   flat, one property per parameter; an ``integer`` there is written in ASCII digits).
 3. In the view: ``data = body("MyBody")``; then read fields with ``given(data, name, default)``.
    Rules a schema cannot state (a size per job type, a key's limits) stay in the view,
-   reported with ``ValidationFailed`` / ``field_error`` under the same paths.
-4. In ``openapi.py``: ``requestBody=_body("MyBody")``.
+   reported under the same paths.
+4. In ``openapi.py``: ``requestBody=_body("MyBody")`` (a query: ``parameters=_query(...)``).
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from queuelog.model.jobs import Priority
+from queuelog.model.jobs import Priority, Status
 
 JSON = dict[str, Any]
 
@@ -40,15 +41,43 @@ MAX_RETRY_IN = 86_400
 MAX_ERROR_CHARS = 1_000_000        # before sanitizing and cutting to MAX_ERROR_BYTES
 MAX_CLAIM_JOBS = 100
 MAX_CLAIM_TYPES = 100
+MAX_BULK_IDS = 1000                # ids in one bulk request; a filter has no limit
+MAX_PAGE = 200                     # a page of GET /jobs or GET /audit
 PRIORITIES = [p.label for p in Priority]
+STATUSES = [s.value for s in Status]
+RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
+# What the audit log records (store/audit.py writes only these; GET /audit filters by them).
+AUDIT_ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user.password",
+                 "job.retry", "job.cancel", "jobs.retry", "jobs.cancel", "type.pause",
+                 "type.resume", "jobs.purge", "audit.purge")
+SCHEDULED = "scheduled"            # a dashboard-only status: pending with a future run_at
+DASHBOARD_STATUSES = ["pending", SCHEDULED, "running", "completed", "failed", "cancelled"]
 PRINTABLE_ASCII = "^[ -~]*$"
+# NUL: no name holds one, and PostgreSQL refuses it in a query (a 500, not a 422).
+NO_NUL = "^[^\\u0000]*$"
 # RFC 3339 as the parser takes it (upper-case T and Z, no leap second), written in the years
 # 1970 to 9998 (validation.YEARS). The parser, not this pattern, checks requests (it says
 # which part is wrong); the document publishes the pattern; tests/test_schemas.py checks
 # that the two agree.
 RUN_AT = (r"^(?:19[7-9]\d|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])"
           r"-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
-PATTERN_DETAILS = {PRINTABLE_ASCII: "Must be printable ASCII."}
+
+
+def cursor_pattern() -> str:
+    """Base64url (unpadded) of ``v1:<1 to 18 digits>``: exactly what ``parse.decode_cursor`` takes.
+
+    "v1:" encodes to "djE6"; then every 3 ASCII digits become 4 characters (G), and a
+    tail of 1 or 2 digits becomes 2 or 3 characters (T1, T2).
+    """
+    first = "(?:[MN][DTjz]|O[DT])"
+    group = f"{first}[AEIMQUYcgk][w-z0-5]"
+    tail1, tail2 = "(?:[MN][AQgw]|O[AQ])", f"{first}[AEIMQUYcgk]"
+    return f"^djE6(?:(?:{group}){{1,6}}|(?:{group}){{0,5}}(?:{tail1}|{tail2}))$"
+
+
+CURSOR = cursor_pattern()
+PATTERN_DETAILS = {PRINTABLE_ASCII: "Must be printable ASCII.", NO_NUL: "Must not hold NUL.",
+                   CURSOR: "Not a cursor from a previous page."}
 IGNORED = {"description": "Ignored: the worker is always the key's name (V-04)."}
 
 
@@ -72,11 +101,23 @@ def _optional(schema: JSON) -> JSON:
 
 
 def _int(lo: int, hi: int) -> JSON:
+    """An integer in [lo, hi]."""
     return {"type": "integer", "minimum": lo, "maximum": hi}
 
 
 def _num(lo: float, hi: float) -> JSON:
+    """A number in [lo, hi]."""
     return {"type": "number", "minimum": lo, "maximum": hi}
+
+
+def _enum(options: Any) -> JSON:
+    """One of ``options`` (strings)."""
+    return {"type": "string", "enum": list(options)}
+
+
+def _text(max_len: int = 100) -> JSON:
+    """1 to ``max_len`` characters, without NUL."""
+    return {"type": "string", "minLength": 1, "maxLength": max_len, "pattern": NO_NUL}
 
 
 def _types(config: Mapping[str, Any]) -> JSON:
@@ -145,6 +186,16 @@ def _job_ref() -> JSON:
     return {"id": _int(1, MAX_JOB_ID), "attempt": _attempt()}
 
 
+def _bulk(filters: JSON) -> JSON:
+    """``{"ids": [...]}`` or ``{"filter": {...}}``: exactly one (neither, ``{}``, is refused)."""
+    return _obj({"ids": {"type": "array", "items": _int(1, MAX_JOB_ID), "minItems": 1,
+                         "maxItems": MAX_BULK_IDS},
+                 "filter": _obj({name: _optional(schema) for name, schema in filters.items()},
+                                description="Every field optional; null means any.")},
+                # The error of "both" is reported at the last name: ids.
+                minProperties=1, **{"not": {"required": ["filter", "ids"]}})
+
+
 BODIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "NewJob": new_job,
     "ClaimRequest": _claim,
@@ -159,10 +210,44 @@ BODIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
                                             "worker_id": IGNORED}, ("id", "attempt")), c),
     "FailBatch": lambda c: _batch(_obj({**_job_ref(), **_fail_fields(),
                                         "worker_id": IGNORED}, ("id", "attempt")), c),
+    "BulkRetry": lambda c: _bulk({"status": _enum(RETRY_STATUSES), "type": _types(c),
+                                  "priority": _enum(PRIORITIES)}),
+    "BulkCancel": lambda c: _bulk({"type": _types(c), "priority": _enum(PRIORITIES)}),
     "Empty": lambda c: _obj({}),
 }
+
+
+def _page(**filters: JSON) -> JSON:
+    """A query string of filters and a page: ``limit`` and the ``cursor`` of the last page."""
+    return _obj({**filters, "limit": _int(1, MAX_PAGE) | {"default": 50},
+                 "cursor": {"type": "string", "pattern": CURSOR,
+                            "description": "`next_cursor` of the previous page."}})
+
+
+def _job_id() -> JSON:
+    return _int(1, MAX_JOB_ID) | {"description": "A job id; the dashboard takes `#12` too."}
+
+
+# Query strings: every value arrives as a string (``check.query`` reads an ``integer`` from
+# ASCII digits); the dashboard's filters are here too, though not in the document.
+QUERIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
+    "JobListQuery": lambda c: _page(status=_enum(STATUSES), type=_text(),
+                                    priority=_enum(PRIORITIES)),
+    "AuditQuery": lambda c: _page(action=_enum(AUDIT_ACTIONS), actor=_text()),
+    "QueueFilters": lambda c: _obj({"status": _enum(DASHBOARD_STATUSES), "type": _text(),
+                                    "priority": _enum(PRIORITIES), "before": _job_id(),
+                                    "after": _job_id()}),
+    "AuditFilters": lambda c: _obj({"before": _job_id()}),
+    "Jump": lambda c: _obj({"id": _job_id()}),
+}
+
 
 
 def bodies(config: Mapping[str, Any]) -> dict[str, JSON]:
     """Every request body's schema for this configuration (job types, MAX_BATCH)."""
     return {name: build(config) for name, build in BODIES.items()}
+
+
+def queries(config: Mapping[str, Any]) -> dict[str, JSON]:
+    """Every query string's schema (an object, one property per parameter)."""
+    return {name: build(config) for name, build in QUERIES.items()}

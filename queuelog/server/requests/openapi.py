@@ -1,5 +1,6 @@
-"""The OpenAPI 3.1 document of the JSON API. Request bodies are the declarations the views
-check (``schemas.bodies``), published as they are; responses are described here.
+"""The OpenAPI 3.1 document of the JSON API. Request bodies and query strings are the
+declarations the views check (``bodies.py``), published as they are; responses are
+described here.
 
 It is exact in both directions on purpose: the schemathesis test sends data the document
 calls valid and expects it accepted, and data it calls invalid and expects a 4xx.
@@ -8,10 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from queuelog.server.api.admin import MAX_BULK_IDS, RETRY_STATUSES
 from queuelog.model.jobs import Outcome, Status
-from queuelog.server.requests.bodies import MAX_JOB_ID, PRIORITIES, bodies
-from queuelog.server.store.audit import ACTIONS
+from queuelog.server.requests.bodies import MAX_JOB_ID, PRIORITIES, bodies, queries
 
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 # The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
@@ -28,11 +27,6 @@ JSON = dict[str, Any]
 def _ref(name: str) -> JSON:
     """A reference to a schema in components."""
     return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _nullable(schema: JSON) -> JSON:
-    """``schema`` or null: the views treat an explicit null as "not given" for optional fields."""
-    return {"anyOf": [schema, {"type": "null"}]}
 
 
 def _obj(properties: JSON, required: tuple[str, ...] = (), closed: bool = True,
@@ -62,20 +56,14 @@ def _ts(nullable: bool = False) -> JSON:
             "pattern": TIMESTAMP}
 
 
-def _cursor_pattern() -> str:
-    """Base64url (unpadded) of ``v1:<1 to 18 digits>``: exactly what the list view decodes.
-
-    "v1:" encodes to "djE6"; then every 3 ASCII digits become 4 characters (G), and a
-    tail of 1 or 2 digits becomes 2 or 3 characters (T1, T2).
-    """
-    first = "(?:[MN][DTjz]|O[DT])"
-    group = f"{first}[AEIMQUYcgk][w-z0-5]"
-    tail1, tail2 = "(?:[MN][AQgw]|O[AQ])", f"{first}[AEIMQUYcgk]"
-    return f"^djE6(?:(?:{group}){{1,6}}|(?:{group}){{0,5}}(?:{tail1}|{tail2}))$"
-
-
 def _schemas(config: Mapping[str, Any]) -> JSON:
-    """Every reusable schema: what the API answers, and what it accepts (``schemas.py``)."""
+    """Every reusable schema: what the API answers, and what it accepts (``bodies.py``)."""
+    return {**_job_schemas(), **_answer_schemas(), **bodies(config),
+            **_operating_schemas(config)}
+
+
+def _job_schemas() -> JSON:
+    """A job, an attempt, and a job with its history."""
     admin_only = {"type": ["string", "null"], "description": "Admins only; absent otherwise."}
     attempt_props = {
         "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
@@ -102,6 +90,12 @@ def _schemas(config: Mapping[str, Any]) -> JSON:
         "Job": _obj(job_props, tuple(k for k in job_props if k not in ("error", "attempts"))),
         "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
         "JobWithHistory": {"allOf": [_ref("Job")], "required": ["attempts"]},
+    }
+
+
+def _answer_schemas() -> JSON:
+    """Pages, problems, and the answers of the batch routes."""
+    return {
         "JobPage": _obj({"jobs": {"type": "array", "items": _ref("Job")},
                          "next_cursor": {"type": ["string", "null"]}},
                         ("jobs", "next_cursor")),
@@ -123,30 +117,14 @@ def _schemas(config: Mapping[str, Any]) -> JSON:
             "job_status": {"type": "string", "enum": [s.value for s in Status]},
             "type": {"type": "string"}, "detail": {"type": "string"}}, ("id", "status"))}},
             ("results",)),
-        **bodies(config),
-        **_operating_schemas(list(config["JOB_TYPES"])),
     }
 
 
-def _operating_schemas(job_types: list[str]) -> JSON:
-    """Job types, bulk repair and the audit log: answers and request bodies."""
-    type_enum = {"type": "string", "enum": job_types}
+def _operating_schemas(config: Mapping[str, Any]) -> JSON:
+    """Job types, bulk repair and the audit log: what they answer."""
     count = _int(0)
-
-    def bulk(filters: JSON) -> JSON:
-        # ids or filter: exactly one (neither is an empty object, both is refused).
-        return _obj({"ids": {"type": "array", "items": _int(1, MAX_JOB_ID), "minItems": 1,
-                             "maxItems": MAX_BULK_IDS},
-                     "filter": _obj({name: _nullable(schema) for name, schema in filters.items()},
-                                    description="Every field optional; null means any.")},
-                    minProperties=1, **{"not": {"required": ["ids", "filter"]}})
     return {
         "Count": _obj({"count": count}, ("count",)),
-        "BulkRetry": bulk({"status": {"type": "string", "enum": list(RETRY_STATUSES)},
-                           "type": type_enum, "priority": {"type": "string",
-                                                           "enum": PRIORITIES}}),
-        "BulkCancel": bulk({"type": type_enum,
-                            "priority": {"type": "string", "enum": PRIORITIES}}),
         "JobType": _obj({
             "name": {"type": "string"}, "paused": {"type": "boolean"},
             "counts": _obj({st.value: count for st in Status},
@@ -158,7 +136,7 @@ def _operating_schemas(job_types: list[str]) -> JSON:
         "JobTypeList": _obj({"types": {"type": "array", "items": _ref("JobType")}}, ("types",)),
         "AuditEvent": _obj({
             "id": _int(1), "at": _ts(), "actor": {"type": "string"},
-            "action": {"type": "string", "enum": list(ACTIONS)},
+            "action": queries(config)["AuditQuery"]["properties"]["action"],
             "target": {"type": ["string", "null"]}, "detail": {"type": "object"},
         }, ("id", "at", "actor", "action", "target", "detail")),
         "AuditPage": _obj({"events": {"type": "array", "items": _ref("AuditEvent")},
@@ -228,22 +206,18 @@ JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JO
 WRITE = (400, 401, 403, 413, 415)
 JOB_VERB = (*WRITE, 404, 409, 422)
 WORKER = "the worker holding the job"
+READERS = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
 
 
-def _list_params() -> list[JSON]:
-    """The query parameters of GET /jobs."""
-    def query(name: str, schema: JSON, description: str = "") -> JSON:
-        return {"name": name, "in": "query", "schema": schema,
-                **({"description": description} if description else {})}
-    return [
-        query("status", {"type": "string", "enum": [s.value for s in Status]}),
-        query("type", {"type": "string", "minLength": 1, "maxLength": 100,
-                       "pattern": "^[^\\u0000]*$"}),
-        query("priority", {"type": "string", "enum": PRIORITIES}),
-        query("limit", _int(1, 200) | {"default": 50}),
-        query("cursor", {"type": "string", "pattern": _cursor_pattern()},
-              "`next_cursor` of the previous page."),
-    ]
+def _query(declared: JSON) -> list[JSON]:
+    """The query parameters of a declared query string (``bodies.QUERIES``), one per property."""
+    out = []
+    for name, schema in declared["properties"].items():
+        param: JSON = {"name": name, "in": "query", "schema": dict(schema)}
+        if "description" in schema:
+            param["description"] = param["schema"].pop("description")
+        out.append(param)
+    return out
 
 
 def _verb(op_id: str, summary: str, roles: str, body: str | None,
@@ -254,8 +228,15 @@ def _verb(op_id: str, summary: str, roles: str, body: str | None,
                         requestBody=_body(body or "Empty", required=body is not None))}
 
 
-def _paths() -> JSON:
+def _paths(config: Mapping[str, Any]) -> JSON:
     """Every route of the JSON API (the dashboard's are not part of it)."""
+    listed = _query(queries(config)["JobListQuery"])
+    return {**_job_paths(listed), **_worker_paths(), **_operating_paths(config),
+            **_service_paths()}
+
+
+def _job_paths(list_params: list[JSON]) -> JSON:
+    """Enqueue (one or a batch), list, get, cancel, retry."""
     job = _ref("Job")
     location = _header("The job's URL.")
     key_header = {"name": "Idempotency-Key", "in": "header", "schema": {
@@ -267,6 +248,33 @@ def _paths() -> JSON:
             "Location": location,
             "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
     }
+    batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
+             "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
+    producers = "producer (its key's types, up to its max priority), admin"
+    return {
+        "/jobs": {
+            "post": _op("enqueue", "Enqueue a job", producers, enqueued, *WRITE, 409, 422,
+                        parameters=[key_header], requestBody=_body("NewJob")),
+            "get": _op("listJobs", "List jobs, newest first", READERS,
+                       {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
+                       parameters=list_params),
+        },
+        "/jobs/{id}": {"get": _op("getJob", "One job with its attempt history", READERS,
+                                  {"200": _json(_ref("JobWithHistory"), "The job.")},
+                                  401, 403, 404, parameters=[JOB_ID])},
+        "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
+                                    producers, batch, *WRITE, 409, 422,
+                                    requestBody=_body("NewJobBatch"))},
+        "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
+                                   None, security=ANY_AUTH),
+        "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
+                                  security=ANY_AUTH),
+    }
+
+
+def _worker_paths() -> JSON:
+    """Claim, heartbeat, complete and fail: one job or a batch."""
+    job = _ref("Job")
     claimed = {"200": _json({"anyOf": [job, _ref("JobList")]}, "The claimed job, now running; "
                             "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty)."),
                "204": {"description": "No job came due within `wait` (without `max_jobs`); with "
@@ -275,31 +283,11 @@ def _paths() -> JSON:
                        "headers": {"Retry-After": {
                            "description": "`1` when no slot was free.", "required": False,
                            "schema": {"type": "string"}}}}}
-    batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
-             "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
     per_item = {"200": _json(_ref("ItemResults"), "One result per item, in request order.")}
-    metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
-                       "content": {"text/plain": {"schema": {"type": "string"}}}}}
-    readers = "producer (own jobs), worker (jobs it holds or held), viewer, admin"
     return {
-        "/jobs": {
-            "post": _op("enqueue", "Enqueue a job",
-                        "producer (its key's types, up to its max priority), admin",
-                        enqueued, *WRITE, 409, 422, parameters=[key_header],
-                        requestBody=_body("NewJob")),
-            "get": _op("listJobs", "List jobs, newest first", readers,
-                       {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
-                       parameters=_list_params()),
-        },
-        "/jobs/{id}": {"get": _op("getJob", "One job with its attempt history", readers,
-                                  {"200": _json(_ref("JobWithHistory"), "The job.")},
-                                  401, 403, 404, parameters=[JOB_ID])},
         "/jobs/claim": {"post": _op("claim", "Claim the best due job", "worker", claimed,
                                     *WRITE, 422, security=BEARER,
                                     requestBody=_body("ClaimRequest", required=False))},
-        "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
-                                    "producer (its key's types, up to its max priority), admin",
-                                    batch, *WRITE, 409, 422, requestBody=_body("NewJobBatch"))},
         "/jobs/complete": {"post": _op("completeBatch", "Complete many held jobs", "worker",
                                        per_item, *WRITE, 422, security=BEARER,
                                        requestBody=_body("CompleteBatch"))},
@@ -311,11 +299,14 @@ def _paths() -> JSON:
         "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
                                      "CompleteRequest"),
         "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest"),
-        "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
-                                   None, security=ANY_AUTH),
-        "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
-                                  security=ANY_AUTH),
-        **_operating_paths(),
+    }
+
+
+def _service_paths() -> JSON:
+    """Health, metrics and this document."""
+    metrics = {"200": {"description": "Prometheus text; metric names start with `queuelog_`.",
+                       "content": {"text/plain": {"schema": {"type": "string"}}}}}
+    return {
         "/healthz": {"get": _op("health", "Liveness and database reachability", "anyone",
                                 {"200": _json(_ref("Health"), "Healthy.")}, security=[])},
         "/metrics": {"get": _op("metrics", "Prometheus metrics", "admin, metrics", metrics,
@@ -325,7 +316,7 @@ def _paths() -> JSON:
     }
 
 
-def _operating_paths() -> JSON:
+def _operating_paths(config: Mapping[str, Any]) -> JSON:
     """Job types and pausing, bulk repair, the audit log."""
     type_param = {"name": "type", "in": "path", "required": True, "description":
                   "A configured job type (else 404).",
@@ -333,9 +324,6 @@ def _operating_paths() -> JSON:
                              "pattern": "^[^/\\u0000]+$"}}
     the_type = {"200": _json(_ref("JobType"), "The type, as GET /types shows it.")}
     count = {"200": _json(_ref("Count"), "How many jobs changed.")}
-
-    def query(name: str, schema: JSON) -> JSON:
-        return {"name": name, "in": "query", "schema": schema}
 
     def pause(op_id: str, summary: str) -> JSON:
         return {"post": _op(op_id, summary, "admin", the_type, *WRITE, 404, 422,
@@ -355,14 +343,7 @@ def _operating_paths() -> JSON:
         "/types/{type}/resume": pause("resumeType", "Resume a paused job type"),
         "/audit": {"get": _op("listAudit", "Audit events, newest first", "admin",
                               {"200": _json(_ref("AuditPage"), "One page.")}, 401, 403, 422,
-                              parameters=[
-                                  query("action", {"type": "string", "enum": list(ACTIONS)}),
-                                  query("actor", {"type": "string", "minLength": 1,
-                                                  "maxLength": 100,
-                                                  "pattern": "^[^\\u0000]*$"}),
-                                  query("limit", _int(1, 200) | {"default": 50}),
-                                  query("cursor", {"type": "string",
-                                                   "pattern": _cursor_pattern()})])},
+                              parameters=_query(queries(config)["AuditQuery"]))},
     }
 
 
@@ -373,7 +354,7 @@ def document(config: Mapping[str, Any]) -> dict[str, Any]:
         "info": {"title": "queuelog", "version": "0.1.0", "description": (
             "A persistent background job queue. Every error is application/problem+json "
             "(RFC 9457) whose `status` equals the HTTP status.")},
-        "paths": _paths(),
+        "paths": _paths(config),
         "components": {
             "schemas": _schemas(config),
             "securitySchemes": {

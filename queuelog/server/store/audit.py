@@ -15,10 +15,8 @@ from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, up
 
 from queuelog.server.store.tables import audit_events
 from queuelog.server.store.engine import Clock
-
-ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user.password",
-           "job.retry", "job.cancel", "jobs.retry", "jobs.cancel", "type.pause",
-           "type.resume", "jobs.purge", "audit.purge")
+# The vocabulary is declared with GET /audit's query (requests/ sits below store/).
+from queuelog.server.requests.bodies import AUDIT_ACTIONS as ACTIONS
 AUDIT_PURGE_BATCH = 1000  # events deleted per transaction
 
 _INSERT = insert(audit_events).returning(audit_events.c.id)
