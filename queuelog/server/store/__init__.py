@@ -11,7 +11,7 @@ from sqlalchemy.exc import ArgumentError, OperationalError
 
 from queuelog.server.config import ConfigError
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
-from queuelog.server.store.admin import Admin, TypeSummary
+from queuelog.server.store.types import Admin, TypeSummary
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.engine import create_schema, make_engine, system_clock, upgrade_on_start
 from queuelog.server.store.queue import NewJob, Queue
