@@ -22,6 +22,7 @@ from typing import Any
 
 from flask import Flask, Response, request
 
+from queuelog.server.config import DEFAULTS as CONFIG_DEFAULTS
 from queuelog.server.config import ConfigError, require_number
 from queuelog.server.errors import is_unavailable
 from queuelog.model.jobs import Status
@@ -37,9 +38,8 @@ RULES = {"RETENTION_COMPLETED": Status.COMPLETED, "RETENTION_FAILED": Status.FAI
          "RETENTION_CANCELLED": Status.CANCELLED}
 # Writes that create or finish jobs; never the claim, whose latency workers feel.
 TRIGGERS = frozenset({"producer.enqueue", "worker.complete", "worker.fail"})
-DEFAULTS: dict[str, Any] = {"RETENTION_COMPLETED": None, "RETENTION_FAILED": None,
-                            "RETENTION_CANCELLED": None, "RETENTION_INTERVAL_SECONDS": 60,
-                            "RETENTION_BATCH": 500}
+# The retention settings (their defaults live in config.py, with every other default).
+DEFAULTS: dict[str, Any] = {k: v for k, v in CONFIG_DEFAULTS.items() if k.startswith("RETENTION_")}
 
 
 def parse_duration(value: str | int | float) -> int:

@@ -16,6 +16,8 @@ import tempfile
 
 from sqlalchemy import Engine
 
+from queuelog.server.store import dialect
+
 
 class BackupRefused(Exception):
     """The backup cannot be made (wrong backend, bad destination); the message says why."""
@@ -32,11 +34,9 @@ class BackupResult:
 
 def backup_sqlite(engine: Engine, destination: str) -> BackupResult:
     """Copy the engine's SQLite database to ``destination`` (mode 0600), atomically."""
-    if engine.dialect.name != "sqlite":
-        raise BackupRefused(
-            "queuelog backup copies SQLite databases. On PostgreSQL use pg_dump, e.g. "
-            "pg_dump -Fc -f queuelog.dump \"$DATABASE_URL\" (restore with pg_restore); "
-            "see the README, 'Backups and restore'.")
+    db = dialect.of(engine)
+    if db.backup_refusal is not None:
+        raise BackupRefused(db.backup_refusal)
     source = engine.url.database or ""
     if source in ("", ":memory:") or not os.path.exists(source):
         raise BackupRefused(f"There is no database file to back up at {source!r}.")
