@@ -65,6 +65,8 @@ class Queue:
         self.type_leases = dict(type_leases or {})
         # Told the type of each job whose lease a claim took back (the metrics count them).
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
+        # Told when a call created or finished jobs (retention purges after such requests).
+        self.on_jobs_written: Callable[[], None] = lambda: None
         self._build()
 
     # -- statements, built once ------------------------------------------------
@@ -175,6 +177,7 @@ class Queue:
                                     "This idempotency key was used for a different request.")
                             return Job.from_row(row._mapping), False
                     row = conn.execute(self._insert, self._values(new, self.clock())).one()
+                    self.on_jobs_written()
                     return Job.from_row(row._mapping), True
             except IntegrityError:
                 if new.idempotency_key is None:
@@ -231,6 +234,7 @@ class Queue:
             rows = conn.execute(self._insert_many, [self._values(news[i], now) for i in fresh])
             for i, row in zip(fresh, rows):
                 out[i] = Job.from_row(row._mapping)
+            self.on_jobs_written()
         return [job for job in out if job is not None], replayed
 
     def _values(self, new: NewJob, now: int) -> dict[str, Any]:
@@ -327,6 +331,7 @@ class Queue:
                     out.append(_refusal(row, job_id, worker, attempt))
             if ended:
                 conn.execute(self._attempt_end, ended)
+                self.on_jobs_written()
             return out
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
@@ -337,6 +342,7 @@ class Queue:
             return self._refusal(conn, job_id, worker, attempt)
         conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
                                          "outcome": Outcome.COMPLETED.value, "error": None})
+        self.on_jobs_written()
         return Job.from_row(row._mapping)
 
     def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
@@ -346,6 +352,7 @@ class Queue:
             now = self.clock()
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
                                     retry=retry, retry_in=retry_in, worker=worker)
+            self.on_jobs_written()
             return _or_raise(job if job is not None else
                              self._refusal(conn, job_id, worker, attempt))
 
@@ -362,6 +369,7 @@ class Queue:
                                         retry=retry, retry_in=retry_in, worker=worker)
                 out.append(job if job is not None else
                            self._refusal(conn, job_id, worker, attempt))
+        self.on_jobs_written()
         return out
 
     def cancel(self, job_id: int, scope: Scope = ALL, actor: str | None = None) -> Job:
@@ -377,6 +385,7 @@ class Queue:
                 raise WrongState("Only a pending job can be cancelled.")
             if actor is not None:
                 record(conn, now, actor, "job.cancel", str(job_id))
+            self.on_jobs_written()
             return Job.from_row(row._mapping)
 
     def retry(self, job_id: int, actor: str | None = None) -> Job:
