@@ -9,6 +9,7 @@ from sqlalchemy import Engine, bindparam, func, insert, literal_column, select
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.jobs import Outcome, Status
+from queuelog.model.problems import Conflict
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
@@ -102,7 +103,10 @@ class Types:
         return out
 
     def set_paused(self, job_type: str, paused: bool, actor: str) -> None:
-        """Pause or resume a type (idempotent); audited as ``type.pause``/``type.resume``."""
+        """Pause or resume a type (idempotent); audited as ``type.pause``/``type.resume``.
+
+        Raises Conflict (409) if it cannot be settled: never returns having done nothing.
+        """
         for _ in range(PAUSE_TRIES):
             try:
                 with self._write.begin() as conn:
@@ -119,3 +123,7 @@ class Types:
                     return
             except IntegrityError:
                 continue  # PostgreSQL: another admin paused it at the same instant; look again
+        # Every round lost a race (or the row is refused for another reason): say so, so
+        # that the caller answers a problem instead of a pause that never happened.
+        verb = "pause" if paused else "resume"
+        raise Conflict(f"Could not {verb} type {job_type!r}: it kept changing; try again.")
