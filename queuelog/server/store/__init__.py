@@ -14,7 +14,8 @@ from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
-from queuelog.server.store.queue import NewJob, Queue
+from queuelog.server.store.enqueue import NewJob
+from queuelog.server.store.queue import Queue
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats

@@ -18,6 +18,11 @@ def system_clock() -> int:
     return time.time_ns() // 1_000
 
 
+def to_us(seconds: float) -> int:
+    """Seconds as whole microseconds, the unit of every time the store keeps."""
+    return int(seconds * 1_000_000)
+
+
 def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False) -> Engine:
     """Create the engine for ``url``, set up by its dialect (dialect.py)."""
     return dialect_for_url(url).create_engine(url, sqlite_synchronous=sqlite_synchronous,

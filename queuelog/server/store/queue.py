@@ -8,21 +8,21 @@ types a claim may take is ``claim_policy.eligible``.
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, insert,
                         literal, select, update)
-from sqlalchemy.exc import IntegrityError
 
-from queuelog.model.problems import Conflict, IdempotencyMismatch, JobNotFound, NotHolder, QueuelogError, StaleAttempt, WrongState
+from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
+                                     WrongState)
 from queuelog.model.jobs import FINISHED, Job, Outcome, Status, backoff_seconds
 from queuelog.server.store import claim_policy
 from queuelog.server.store.audit import Tally, record
 from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.dialect import sql_of
-from queuelog.server.store.engine import Clock, system_clock
+from queuelog.server.store.engine import Clock, system_clock, to_us
+from queuelog.server.store.enqueue import Enqueue
 from queuelog.server.store.tables import job_attempts, jobs
 from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions, status_is
 
@@ -31,24 +31,9 @@ EXPIRE_BATCH = 100  # expired leases taken back per claim, so one claim stays ch
 PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
 
 
-@dataclasses.dataclass(frozen=True)
-class NewJob:
-    """A validated enqueue request."""
-
-    producer: str
-    type: str
-    payload_json: str
-    priority: int
-    max_retries: int
-    run_at: int | None = None          # epoch microseconds, absolute
-    delay_seconds: float | None = None  # relative to the store's clock
-    idempotency_key: str | None = None
-    request_hash: str | None = None
-
-
-
-class Queue:
-    """The job store: enqueue, claim, heartbeat, complete, fail, cancel, retry, list."""
+class Queue(Enqueue):
+    """The job verbs: enqueue (enqueue.py), claim, heartbeat, complete, fail, cancel, retry,
+    purge."""
 
     def __init__(self, engine: Engine, *, clock: Clock = system_clock,
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
@@ -80,8 +65,8 @@ class Queue:
         """The lease a claim or heartbeat sets: the caller's, else the job's type's, else
         the default. Decided in SQL, because only the UPDATE knows which job it got."""
         b = bindparam
-        default_us = literal(_us(self.lease_seconds), BigInteger)
-        by_type = {t: literal(_us(s), BigInteger) for t, s in self.type_leases.items()}
+        default_us = literal(to_us(self.lease_seconds), BigInteger)
+        by_type = {t: literal(to_us(s), BigInteger) for t, s in self.type_leases.items()}
         return b("now", type_=BigInteger) + func.coalesce(
             b("lease_us", type_=BigInteger),
             case(by_type, value=jobs.c.type, else_=default_us) if by_type else default_us)
@@ -149,105 +134,13 @@ class Queue:
                           for o in (False, True)}
 
     def _build_lookups(self) -> None:
-        """Reads by id and idempotency key, the inserts, and purge's pick."""
+        """Reads by id, and purge's pick."""
         b = bindparam
         self._by_id = select(jobs).where(jobs.c.id == b("jid"))
         self._by_ids = select(jobs).where(jobs.c.id.in_(b("ids", expanding=True)))
-        self._by_key = select(jobs).where(jobs.c.producer == b("producer"),
-                                          jobs.c.idempotency_key == b("key"))
-        self._by_keys = select(jobs).where(jobs.c.producer == b("producer"),
-                                           jobs.c.idempotency_key.in_(b("keys", expanding=True)))
-        self._insert = insert(jobs).returning(*jobs.c)
-        # Many rows in one statement, answered in parameter order (ids ascend in that order).
-        self._insert_many = insert(jobs).returning(*jobs.c, sort_by_parameter_order=True)
         self._purge_ids = self.dialect.skip_locked(select(jobs.c.id).order_by(jobs.c.finished_at))
 
     # -- writes ------------------------------------------------------------------
-    def enqueue(self, new: NewJob) -> tuple[Job, bool]:
-        """Add a job; return it and whether it is new (False: an idempotent replay)."""
-        for _ in range(3):
-            try:
-                with self._write.begin() as conn:
-                    if new.idempotency_key is not None:
-                        row = conn.execute(self._by_key, {"producer": new.producer,
-                                                          "key": new.idempotency_key}).first()
-                        if row is not None:
-                            if row.request_hash != new.request_hash:
-                                raise IdempotencyMismatch(
-                                    "This idempotency key was used for a different request.")
-                            return Job.from_row(row._mapping), False
-                    row = conn.execute(self._insert, self._values(new, self.clock())).one()
-                    self.on_jobs_written()
-                    return Job.from_row(row._mapping), True
-            except IntegrityError:
-                if new.idempotency_key is None:
-                    raise
-                # Lost a race for (producer, key); the next round finds the winner's row.
-        raise Conflict("Could not settle the idempotency key; try again.")
-
-    def enqueue_many(self, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
-        """Add many jobs of one producer in one transaction, all or nothing, in order.
-
-        Returns the jobs in request order and the indexes of idempotent replays. A key
-        used before for a different request fails the whole batch (IdempotencyMismatch,
-        its ``errors`` naming each item as ``jobs[i].idempotency_key``).
-        """
-        if not news:
-            return [], []
-        keys = [n.idempotency_key for n in news if n.idempotency_key is not None]
-        for _ in range(5):
-            try:
-                with self._write.begin() as conn:
-                    return self._enqueue_many(conn, news, keys)
-            except IntegrityError:
-                if not keys:
-                    raise
-                # A racing batch (or POST /jobs) committed one of these keys first: the
-                # whole transaction rolled back, and the next round replays its row.
-        raise Conflict("Could not settle the idempotency keys; try again.")
-
-    def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
-                      keys: list[str]) -> tuple[list[Job], list[int]]:
-        found: dict[str, Any] = {}
-        if keys:
-            found = {r.idempotency_key: r for r in conn.execute(
-                self._by_keys, {"producer": news[0].producer, "keys": keys})}
-        now = self.clock()
-        out: list[Job | None] = [None] * len(news)
-        replayed: list[int] = []
-        mismatched: list[dict[str, str]] = []
-        fresh: list[int] = []
-        for i, new in enumerate(news):
-            row = found.get(new.idempotency_key) if new.idempotency_key is not None else None
-            if row is None:
-                fresh.append(i)
-            elif row.request_hash != new.request_hash:
-                mismatched.append({"field": f"jobs[{i}].idempotency_key", "detail":
-                                   "This idempotency key was used for a different request."})
-            else:
-                out[i] = Job.from_row(row._mapping)
-                replayed.append(i)
-        if mismatched:
-            raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
-                                      "before for a different request.", errors=mismatched)
-        if fresh:
-            rows = conn.execute(self._insert_many, [self._values(news[i], now) for i in fresh])
-            for i, row in zip(fresh, rows):
-                out[i] = Job.from_row(row._mapping)
-            self.on_jobs_written()
-        return [job for job in out if job is not None], replayed
-
-    def _values(self, new: NewJob, now: int) -> dict[str, Any]:
-        """The row of a new job. A run_at in the past is now: no jumping the queue by
-        backdating (the claim orders by run_at)."""
-        run_at = max(new.run_at, now) if new.run_at is not None else (
-            now + _us(new.delay_seconds or 0))
-        return {"type": new.type, "payload": new.payload_json, "priority": new.priority,
-                "status": Status.PENDING.value, "attempt": 0, "retry_count": 0,
-                "max_retries": new.max_retries, "idempotency_key": new.idempotency_key,
-                "request_hash": new.request_hash, "producer": new.producer,
-                "run_at": run_at, "created_at": now, "updated_at": now}
-
     def claim(self, worker: str, *, lease_seconds: float | None = None,
               types: Sequence[str] | None = None) -> Job | None:
         """Take back expired leases, then atomically claim the best due job, or None.
@@ -470,7 +363,7 @@ class Queue:
             delay = retry_in if retry_in is not None else backoff_seconds(
                 n, self.backoff_base, self.backoff_cap, self.rng)
             updated = conn.execute(self._retry_later[own],
-                                   {**params, "n": n, "run_at": now + _us(delay)}).first()
+                                   {**params, "n": n, "run_at": now + to_us(delay)}).first()
         else:
             updated = conn.execute(self._fail_now[own], params).first()
         if updated is None:
@@ -501,11 +394,6 @@ def _or_raise(got: Job | QueuelogError) -> Job:
     return got
 
 
-def _us(seconds: float) -> int:
-    """Seconds as whole microseconds."""
-    return int(seconds * 1_000_000)
-
-
 def _us_or_none(seconds: float | None) -> int | None:
     """Seconds as microseconds, keeping None (meaning: the configured default)."""
-    return None if seconds is None else _us(seconds)
+    return None if seconds is None else to_us(seconds)
