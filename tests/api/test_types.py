@@ -175,3 +175,20 @@ def test_a_pause_that_keeps_losing_its_race_is_a_409_never_a_silent_no_op(
     assert store.audit_events(action=f"type.{verb}")[0] == []
     with pytest.raises(Conflict):
         store.set_paused("email", verb == "pause", "ada")
+
+
+def test_the_batch_claim_skips_a_paused_type_like_the_single_one(
+        client: Any, store: Store, make_key: Callable[..., dict[str, str]]) -> None:
+    """One claim policy (store/claim_policy.py) for every claim path: any types, or some."""
+    mail = [add(store, "email") for _ in range(2)]
+    pdf = add(store, "pdf")
+    store.set_paused("email", True, "ada")
+    anyone = make_key("any", "worker")
+    some = make_key("some", "worker", types=["email", "pdf"])
+    got = client.post("/jobs/claim", json={"max_jobs": 5}, headers=some).get_json()["jobs"]
+    assert [j["id"] for j in got] == [pdf]
+    assert client.post("/jobs/claim", json={"max_jobs": 5}, headers=anyone).get_json() \
+        == {"jobs": []}
+    store.set_paused("email", False, "ada")
+    got = client.post("/jobs/claim", json={"max_jobs": 5}, headers=anyone).get_json()["jobs"]
+    assert [j["id"] for j in got] == mail
