@@ -154,7 +154,12 @@ def _due_text(typed: str, policy_sql: str, params: list[Any], columns: list[Any]
 
 
 def sql_of(condition: ColumnElement[bool]) -> str:
-    """A Core condition as SQLite text with ``:name`` parameters (for pinned statements)."""
+    """A Core condition as SQLite text with ``:name`` parameters (for pinned statements).
+
+    Constants are rendered inline (literal_binds): the claim policy's condition holds
+    none today; a future one that needs a value (a rate limit's ``now``) binds it by
+    name, and the pinned statement declares that parameter.
+    """
     return str(condition.compile(dialect=sqlite_dialect.dialect(paramstyle="named"),
                                  compile_kwargs={"literal_binds": True}))
 
