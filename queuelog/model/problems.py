@@ -90,3 +90,11 @@ class TooManyRequests(QueuelogError):
     """Too many failed sign-ins (or password checks at once); carries Retry-After."""
 
     status, slug, title = 429, "too-many-requests", "Too many requests"
+
+
+class ConfigError(ValueError):
+    """A configuration queuelog cannot start with; its message names the setting.
+
+    Here, beside the other errors, so the store and the config can both raise it without
+    importing each other (``queuelog.server.config`` re-exports it).
+    """

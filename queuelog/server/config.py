@@ -10,7 +10,10 @@ from typing import Any
 
 from flask import Flask
 
+from queuelog.model.problems import ConfigError
 from queuelog.server.requests.check import is_name
+
+__all__ = ["ConfigError", "DEFAULTS", "check", "load", "require_number"]
 
 DEFAULTS: dict[str, Any] = {
     "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},
@@ -30,6 +33,12 @@ DEFAULTS: dict[str, Any] = {
     "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
     "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
     "MAX_BATCH": 500,            # items in one batch request
+    # Automatic retention (retention.py): off until a status is given a duration.
+    "RETENTION_COMPLETED": None,
+    "RETENTION_FAILED": None,
+    "RETENTION_CANCELLED": None,
+    "RETENTION_INTERVAL_SECONDS": 60,  # at most one purge round per process this often
+    "RETENTION_BATCH": 500,            # jobs per status deleted in one round
 }
 
 
@@ -37,10 +46,6 @@ DEFAULTS: dict[str, Any] = {
 NOT_SETTINGS = frozenset({"QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",
                           "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID", "QUEUELOG_JOB_TYPE",
                           "QUEUELOG_JOB_ATTEMPT", "QUEUELOG_JOB_PRIORITY"})
-
-
-class ConfigError(ValueError):
-    """A configuration queuelog cannot start with; its message names the setting."""
 
 
 # Settings that are whole numbers, with the range each must fall in.
@@ -76,8 +81,7 @@ def load(app: Flask, test_config: dict[str, Any] | None) -> None:
 
 def known_settings() -> set[str]:
     """Every setting name queuelog, Flask or Flask-WTF reads."""
-    from queuelog.server import retention
-    return {*DEFAULTS, *retention.DEFAULTS, *Flask.default_config, "DATABASE_URL", "SECRET_KEY"}
+    return {*DEFAULTS, *Flask.default_config, "DATABASE_URL", "SECRET_KEY"}
 
 
 def unknown_variables(environ: Any) -> list[tuple[str, str | None]]:

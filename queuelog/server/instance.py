@@ -12,9 +12,11 @@ import sys
 
 from sqlalchemy.engine import make_url
 
+from queuelog.server.store.dialect import SQLiteDialect
+
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
-SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
+SQLITE_COMPANIONS = ("", *SQLiteDialect.companions)
 
 
 def protect(instance_path: str, database_url: str) -> None:

@@ -3,9 +3,11 @@
 Off by default. ``RETENTION_COMPLETED``, ``RETENTION_FAILED`` and ``RETENTION_CANCELLED`` are
 durations (``"7d"``, ``"12h"``, ``"30min"``, or seconds; ``m`` alone is refused: minutes or
 months?); a finished job older than its status's duration is deleted with its history. At
-most once per ``RETENTION_INTERVAL_SECONDS`` per process, after the response to an enqueue,
-complete or fail has been sent, one batch of at most ``RETENTION_BATCH`` jobs per status is
-deleted.
+most once per ``RETENTION_INTERVAL_SECONDS`` per process, after the response to a request in
+which the store created or finished jobs (enqueue, complete, fail, cancel: single or batch,
+whatever the route) has been sent, one batch of at most ``RETENTION_BATCH`` jobs per status
+is deleted. The store says when (``Queue.on_jobs_written``), so a new route cannot be missed
+the way a list of endpoint names once missed the batch routes.
 
 Why after a response rather than in a daemon thread: gunicorn forks workers (a thread
 started before the fork is gone), an idle process would keep waking to compete for
@@ -20,8 +22,9 @@ import re
 import threading
 from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, g, has_request_context
 
+from queuelog.server.config import DEFAULTS as CONFIG_DEFAULTS
 from queuelog.server.config import ConfigError, require_number
 from queuelog.server.errors import is_unavailable
 from queuelog.model.jobs import Status
@@ -35,11 +38,9 @@ _UNIT_SECONDS = {"": 1, "s": 1, "min": 60, "h": 3600, "d": 86_400, "w": 604_800}
 _AMBIGUOUS = {"m", "mo", "mon", "month", "months"}
 RULES = {"RETENTION_COMPLETED": Status.COMPLETED, "RETENTION_FAILED": Status.FAILED,
          "RETENTION_CANCELLED": Status.CANCELLED}
-# Writes that create or finish jobs; never the claim, whose latency workers feel.
-TRIGGERS = frozenset({"producer.enqueue", "worker.complete", "worker.fail"})
-DEFAULTS: dict[str, Any] = {"RETENTION_COMPLETED": None, "RETENTION_FAILED": None,
-                            "RETENTION_CANCELLED": None, "RETENTION_INTERVAL_SECONDS": 60,
-                            "RETENTION_BATCH": 500}
+# The retention settings (their defaults live in config.py, with every other default).
+DEFAULTS: dict[str, Any] = {k: v for k, v in CONFIG_DEFAULTS.items() if k.startswith("RETENTION_")}
+_DUE = "queuelog_retention_due"  # flask.g: this request created or finished jobs
 
 
 def parse_duration(value: str | int | float) -> int:
@@ -132,16 +133,26 @@ def _duration(key: str, raw: Any) -> int:
 
 
 def init_app(app: Flask) -> Retention:
-    """Set up retention for ``app`` and run it after responses to job-creating writes."""
+    """Set up retention for ``app``; run it after responses to requests that wrote jobs."""
     for key, value in DEFAULTS.items():
         app.config.setdefault(key, value)
-    retention = from_config(app.extensions["queuelog.store"], app.config)
+    store: Store = app.extensions["queuelog.store"]
+    retention = from_config(store, app.config)
     app.extensions["queuelog.retention"] = retention
     if retention.rules:
+        # Never the claim (it does not call the hook), whose latency workers feel.
+        store.on_jobs_written = _mark_due
+
         @app.after_request
         def _schedule(response: Response) -> Response:
-            if request.endpoint in TRIGGERS and response.status_code < 400:
+            if g.pop(_DUE, False) and response.status_code < 400:
                 # After the body is sent: the client never waits for the purge.
                 response.call_on_close(retention.maybe_run)
             return response
     return retention
+
+
+def _mark_due() -> None:
+    """The store created or finished jobs: purge after this request's response."""
+    if has_request_context():  # the CLI's purge and tests call the store outside requests
+        setattr(g, _DUE, True)

@@ -107,7 +107,7 @@ def test_the_event_is_in_the_same_transaction_as_the_change(
     with pytest.raises(WrongState):
         store.retry(job_id, actor="ada")
     assert store.get(job_id).status.value == "failed"  # rolled back with its event
-    monkeypatch.setattr("queuelog.server.store.admin.record", broken)
+    monkeypatch.setattr("queuelog.server.store.types.record", broken)
     with pytest.raises(WrongState):
         store.set_paused("email", True, "ada")
     assert store.paused() == {}

@@ -5,9 +5,11 @@ import json
 from typing import Any, Callable
 
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from helpers import problem
 from queuelog import create_app
+from queuelog.model.problems import Conflict
 from queuelog.server.store import NewJob, Store
 
 
@@ -149,3 +151,44 @@ def test_a_batch_claim_skips_a_paused_type_too(client: Any, store: Store,
     assert got.status_code == 200
     assert sorted(j["id"] for j in got.get_json()["jobs"]) == running
     assert [store.get(i).status.value for i in paused] == ["pending"] * 3
+
+
+@pytest.mark.parametrize("verb", ["pause", "resume"])
+def test_a_pause_that_keeps_losing_its_race_is_a_409_never_a_silent_no_op(
+        client: Any, store: Store, admin: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+        verb: str) -> None:
+    """Bug 4: three IntegrityErrors fell out of set_paused's loop and it returned None."""
+    if verb == "resume":
+        store.set_paused("email", True, "ada")
+    before = store.paused()
+    tries = []
+
+    def racing(*args: Any, **kwargs: Any) -> None:
+        # As if another admin's row landed first, in every round (PostgreSQL's unique key).
+        tries.append(1)
+        raise IntegrityError("INSERT INTO paused_types", {}, Exception("duplicate key"))
+    monkeypatch.setattr("queuelog.server.store.types.record", racing)
+    got = problem(client.post(f"/types/email/{verb}", headers=admin), 409, "conflict")
+    assert verb in got["detail"] and "email" in got["detail"]
+    assert len(tries) == 3  # it looked again, as often as it may
+    assert store.paused() == before  # every round rolled back: nothing changed
+    assert store.audit_events(action=f"type.{verb}")[0] == []
+    with pytest.raises(Conflict):
+        store.set_paused("email", verb == "pause", "ada")
+
+
+def test_the_batch_claim_skips_a_paused_type_like_the_single_one(
+        client: Any, store: Store, make_key: Callable[..., dict[str, str]]) -> None:
+    """One claim policy (store/claim_policy.py) for every claim path: any types, or some."""
+    mail = [add(store, "email") for _ in range(2)]
+    pdf = add(store, "pdf")
+    store.set_paused("email", True, "ada")
+    anyone = make_key("any", "worker")
+    some = make_key("some", "worker", types=["email", "pdf"])
+    got = client.post("/jobs/claim", json={"max_jobs": 5}, headers=some).get_json()["jobs"]
+    assert [j["id"] for j in got] == [pdf]
+    assert client.post("/jobs/claim", json={"max_jobs": 5}, headers=anyone).get_json() \
+        == {"jobs": []}
+    store.set_paused("email", False, "ada")
+    got = client.post("/jobs/claim", json={"max_jobs": 5}, headers=anyone).get_json()["jobs"]
+    assert [j["id"] for j in got] == mail

@@ -127,6 +127,35 @@ def test_backup_replaces_an_older_backup_and_refuses_the_live_file(app, store, t
     assert rows(live, "SELECT count(*) FROM jobs") == [(2,)]
 
 
+def snapshot(path: str) -> bytes | None:
+    """A file's bytes, or None when it does not exist."""
+    return open(path, "rb").read() if os.path.exists(path) else None
+
+
+@SQLITE_ONLY
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("via_symlink", [False, True])
+def test_backup_refuses_to_clobber_the_live_databases_own_files(app, store, tmp_path, suffix,
+                                                                  via_symlink):
+    """Bug 9: a destination named like the live -wal, -shm or -journal was accepted."""
+    ids = enqueue(store, 3)  # committed into the -wal, not yet checkpointed
+    live = store.engine.url.database
+    companion = live + suffix
+    destination = companion
+    if via_symlink:
+        destination = str(tmp_path / "innocent.sqlite3")
+        os.symlink(companion, destination)
+    before = snapshot(companion)
+    refused = backup(app, destination)
+    assert refused.exit_code == 1
+    assert len(refused.output.strip().splitlines()) == 1, refused.output  # one line
+    assert suffix in refused.output and "live database" in refused.output
+    assert snapshot(companion) == before  # untouched (or still absent)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".queuelog")] == []
+    assert [j.id for j in store.list_jobs().jobs] == ids[::-1]  # nothing lost
+    assert rows(live, "PRAGMA integrity_check") == [("ok",)]
+
+
 @pytest.mark.parametrize("backend", [pytest.param("postgresql",
                                                   marks=pytest.mark.postgresql)])
 def test_backup_on_postgresql_points_to_pg_dump(app, tmp_path):

@@ -227,6 +227,38 @@ def test_auto_retention_never_runs_on_the_claim_path(client, store, producer, wo
     assert job in ids(store)
 
 
+def post(client: Any, path: str, headers: dict[str, str], body: dict[str, Any]) -> Any:
+    """POST and close the response, as a server does (retention runs at the close)."""
+    with client.post(path, json=body, headers=headers) as resp:
+        resp.get_data()
+        return resp
+
+
+@pytest.mark.parametrize("config", [AUTO])
+@pytest.mark.parametrize("route", ["/jobs/batch", "/jobs/complete", "/jobs/fail"])
+def test_auto_retention_runs_after_the_batch_routes(client, store, producer, worker, clock,
+                                                    route):
+    """Bug 3: enqueue_many plus ``queuelog work`` (batch answers) use only the batch routes."""
+    made = post(client, "/jobs/batch", producer, {"jobs": [{"type": "email"}] * 3}).json["jobs"]
+    old, last = [j["id"] for j in made[:2]], made[2]["id"]
+    # The longest lease, so the last job is still held after the clock moves on.
+    held = post(client, "/jobs/claim", worker, {"max_jobs": 3, "lease_seconds": 43_200})
+    assert sorted(j["id"] for j in held.json["jobs"]) == sorted(old + [last])
+    done = post(client, "/jobs/complete", worker,
+                {"jobs": [{"id": i, "attempt": 1} for i in old]})
+    assert [r["status"] for r in done.json["results"]] == [200, 200]
+    clock.advance(2 * HOUR)  # the two completed jobs are now past RETENTION_COMPLETED
+    bodies = {"/jobs/batch": {"jobs": [{"type": "email"}]},
+              "/jobs/complete": {"jobs": [{"id": last, "attempt": 1}]},
+              "/jobs/fail": {"jobs": [{"id": last, "attempt": 1, "error": "x", "retry": False}]}}
+    resp = post(client, route, producer if route == "/jobs/batch" else worker, bodies[route])
+    assert resp.status_code == (201 if route == "/jobs/batch" else 200)
+    if route != "/jobs/batch":
+        assert resp.json["results"][0]["status"] == 200  # the item took
+    assert not set(old) & ids(store)
+    assert last in ids(store)
+
+
 def test_retention_is_off_by_default(tmp_path, clock):
     app = create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3",
                       "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})

@@ -1,4 +1,4 @@
 """Alembic migrations, shipped inside the package (``script_location = queuelog.server:migrations``).
 
-``queuelog.store.migrate`` runs them; ``queuelog db upgrade`` and every start call it.
+``queuelog.server.store.migrate`` runs them; ``queuelog db upgrade`` and every start call it.
 """

@@ -1,6 +1,6 @@
 """Alembic's environment: queuelog hands it an open connection, inside its lock.
 
-``queuelog.store.migrate`` runs every upgrade with the connection already in a transaction
+``queuelog.server.store.migrate`` runs every upgrade with the connection already in a transaction
 (and, on PostgreSQL, holding an advisory lock), so Alembic joins that transaction and the
 whole upgrade commits or rolls back as one. For developers, ``alembic -x url=... revision
 --autogenerate`` works too (see ``migrate.alembic_config``).

@@ -9,21 +9,23 @@ from flask import Flask, current_app
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
-from queuelog.server.config import ConfigError
+from queuelog.model.problems import ConfigError
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
-from queuelog.server.store.admin import Admin, TypeSummary
 from queuelog.server.store.audit import Audit, Event
-from queuelog.server.store.engine import create_schema, make_engine, system_clock, upgrade_on_start
-from queuelog.server.store.queue import NewJob, Queue
+from queuelog.server.store.bulk import Bulk
+from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
+from queuelog.server.store.enqueue import NewJob
+from queuelog.server.store.queue import Queue
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
+from queuelog.server.store.types import Types, TypeSummary
 
 __all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "SignIns",
            "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Admin, Audit):
+class Store(Queue, Reads, Stats, Types, Bulk, Audit):
     """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
@@ -43,8 +45,9 @@ class Store(Queue, Reads, Stats, Admin, Audit):
         os.register_at_fork(after_in_child=lambda: _forget_pool(ref))
 
     def create_schema(self) -> None:
-        """Create or upgrade the schema."""
-        create_schema(self.engine)
+        """Create or upgrade the schema to the newest revision (safe from several processes)."""
+        from queuelog.server.store.migrate import upgrade  # Alembic loads only where needed
+        upgrade(self.engine)
 
     def close(self) -> None:
         """Close pooled connections."""

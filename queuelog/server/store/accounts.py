@@ -8,13 +8,15 @@ import json
 import secrets
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.problems import Conflict
 from queuelog.server.store.tables import api_keys, users
 from queuelog.server.store.audit import record
-from queuelog.server.store.engine import Clock, system_clock, writer
+from queuelog.server.store.dialect import NAMES_LOCK
+from queuelog.server.store.dialect import of as dialect_of
+from queuelog.server.store.engine import Clock, system_clock
 
 TOKEN_BYTES = 32
 
@@ -67,13 +69,14 @@ class Accounts:
 
     def __init__(self, engine: Engine, clock: Clock = system_clock) -> None:
         self.engine = engine
-        self._write = writer(engine)
+        self.dialect = dialect_of(engine)
+        self._write = self.dialect.writer(engine)
         self.clock = clock
         # Every Bearer request runs this lookup (key_for_token), as driver SQL: static text,
         # the digest bound. A key whose name is also a username (an older database; the
         # commands refuse to make one now) is refused, so that it can never act as that
         # person (one name space).
-        mark = "%s" if engine.dialect.name == "postgresql" else "?"
+        mark = self.dialect.param_mark
         self._key_sql = (
             "SELECT k.name, k.role, k.token_hash, k.types, k.max_priority, k.created_at "
             "FROM api_keys AS k WHERE k.token_hash = " + mark + " AND k.revoked_at IS NULL "
@@ -81,7 +84,6 @@ class Accounts:
         self._user_named = select(users.c.id).where(users.c.username == bindparam("name"))
         self._active_key_named = select(api_keys.c.id).where(
             api_keys.c.name == bindparam("name"), api_keys.c.revoked_at.is_(None))
-        self._name_lock = text("SELECT pg_advisory_xact_lock(7262018)")  # key and user names
 
     def create_key(self, name: str, role: str, *, types: list[str] | None = None,
                    max_priority: int = 10, actor: str | None = None) -> tuple[ApiKey, str]:
@@ -182,8 +184,7 @@ class Accounts:
         # Check-then-insert across two tables: a key and a user of one name created at once
         # must not both pass the check. SQLite's IMMEDIATE write transaction already
         # serializes writers; PostgreSQL gets a transaction-scoped advisory lock.
-        if conn.dialect.name == "postgresql":
-            conn.execute(self._name_lock)
+        self.dialect.lock(conn, NAMES_LOCK)
 
     def has_users(self) -> bool:
         """Whether any user exists."""

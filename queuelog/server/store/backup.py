@@ -16,6 +16,8 @@ import tempfile
 
 from sqlalchemy import Engine
 
+from queuelog.server.store import dialect
+
 
 class BackupRefused(Exception):
     """The backup cannot be made (wrong backend, bad destination); the message says why."""
@@ -30,21 +32,36 @@ class BackupResult:
     jobs: int
 
 
+def _refuse_live_files(source: str, destination: str, companions: tuple[str, ...]) -> None:
+    """Refuse a destination that is the live database or one of its -wal/-shm/-journal files.
+
+    Replacing the -wal would clobber committed transactions not yet checkpointed, and the
+    -shm or -journal would corrupt the live database for every connection. Compared by
+    real path (symlinks resolved), and by inode where the file exists (hard links).
+    """
+    live = os.path.realpath(source)
+    target = os.path.realpath(destination)
+    for suffix in ("", *companions):
+        path = live + suffix
+        if target == path or (os.path.exists(path) and os.path.exists(target)
+                              and os.path.samefile(path, target)):
+            what = f"the live database's {suffix} file" if suffix else "the live database itself"
+            raise BackupRefused(f"The backup would overwrite {what} ({path}); "
+                                "choose another destination.")
+
+
 def backup_sqlite(engine: Engine, destination: str) -> BackupResult:
     """Copy the engine's SQLite database to ``destination`` (mode 0600), atomically."""
-    if engine.dialect.name != "sqlite":
-        raise BackupRefused(
-            "queuelog backup copies SQLite databases. On PostgreSQL use pg_dump, e.g. "
-            "pg_dump -Fc -f queuelog.dump \"$DATABASE_URL\" (restore with pg_restore); "
-            "see the README, 'Backups and restore'.")
+    db = dialect.of(engine)
+    if db.backup_refusal is not None:
+        raise BackupRefused(db.backup_refusal)
     source = engine.url.database or ""
     if source in ("", ":memory:") or not os.path.exists(source):
         raise BackupRefused(f"There is no database file to back up at {source!r}.")
     destination = os.path.abspath(destination)
     if os.path.isdir(destination):
         raise BackupRefused(f"{destination} is a directory; give the backup file's path.")
-    if os.path.exists(destination) and os.path.samefile(source, destination):
-        raise BackupRefused("The backup would overwrite the live database itself.")
+    _refuse_live_files(source, destination, db.companions)
     folder = os.path.dirname(destination)
     if not os.path.isdir(folder):
         raise BackupRefused(f"The folder {folder} does not exist.")

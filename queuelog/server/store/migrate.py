@@ -22,14 +22,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, inspect
 
-from queuelog.server.store.engine import writer
+from queuelog.server.store import dialect
 
 SCRIPT_LOCATION = "queuelog.server:migrations"  # package resource: works from a wheel too
 BASELINE = "0001"
-# Any fixed number, the same in every process: pg_advisory_xact_lock's key.
-PG_LOCK_KEY = 7262017
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -63,11 +61,9 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     before = current(engine)
     if before == head():
         return before, before  # the common start: one read, no lock taken
-    if engine.dialect.name == "postgresql":
-        with engine.begin() as conn:
-            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": PG_LOCK_KEY})
-            return _upgrade(conn)
-    with writer(engine).begin() as conn:  # BEGIN IMMEDIATE: SQLite's write lock, up front
+    db = dialect.of(engine)
+    with db.writer(engine).begin() as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
+        db.lock(conn, dialect.MIGRATE_LOCK)  # PostgreSQL: its DDL locks table by table
         return _upgrade(conn)
 
 

@@ -2,23 +2,28 @@
 
 Statements are built once per store and reused: building Core statements on each call
 costs several times the work of running them (measured: 0.12x vs 0.35-0.43x of raw
-sqlite3). The only dialect difference, SKIP LOCKED, is decided here at build time.
+sqlite3). Where SQLite and PostgreSQL differ (SKIP LOCKED, INDEXED BY, how the claim's
+subquery runs), the store's ``Dialect`` (dialect.py) decides, once, at build time; which
+types a claim may take is ``claim_policy.eligible``.
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import (BigInteger, any_, Connection, Engine, bindparam, case, delete, func, insert,
-                        literal, select, text, update)
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, insert,
+                        literal, select, update)
 
-from queuelog.model.problems import Conflict, IdempotencyMismatch, JobNotFound, NotHolder, QueuelogError, StaleAttempt, WrongState
+from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
+                                     WrongState)
 from queuelog.model.jobs import FINISHED, Job, Outcome, Status, backoff_seconds
-from queuelog.server.store.tables import job_attempts, jobs, paused_types
+from queuelog.server.store import claim_policy
 from queuelog.server.store.audit import Tally, record
-from queuelog.server.store.engine import Clock, system_clock, writer
+from queuelog.server.store.dialect import of as dialect_of
+from queuelog.server.store.dialect import sql_of
+from queuelog.server.store.engine import Clock, system_clock, to_us
+from queuelog.server.store.enqueue import Enqueue
+from queuelog.server.store.tables import job_attempts, jobs
 from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions, status_is
 
 LEASE_EXPIRED_ERROR = "lease expired"
@@ -26,42 +31,17 @@ EXPIRE_BATCH = 100  # expired leases taken back per claim, so one claim stays ch
 PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
 
 
-# SQLite only: the claim's and the lease take-back's subqueries, pinned to their partial
-# indexes (see _build). Static text; every value is a bound parameter.
-_SQLITE_DUE = ("SELECT cand.id FROM jobs AS cand INDEXED BY ix_jobs_claim "
-               "WHERE cand.status = 'pending' AND cand.run_at <= :now {typed}"
-               "AND cand.type NOT IN (SELECT type FROM paused_types) "
-               "ORDER BY cand.priority DESC, cand.run_at, cand.id LIMIT :n")
-_SQLITE_EXPIRED = (f"SELECT id, attempt FROM jobs INDEXED BY ix_jobs_lease "
-                   f"WHERE status = 'running' AND lease_expires_at < :now "
-                   f"ORDER BY lease_expires_at LIMIT {EXPIRE_BATCH}")
-
-
-@dataclasses.dataclass(frozen=True)
-class NewJob:
-    """A validated enqueue request."""
-
-    producer: str
-    type: str
-    payload_json: str
-    priority: int
-    max_retries: int
-    run_at: int | None = None          # epoch microseconds, absolute
-    delay_seconds: float | None = None  # relative to the store's clock
-    idempotency_key: str | None = None
-    request_hash: str | None = None
-
-
-
-class Queue:
-    """The job store: enqueue, claim, heartbeat, complete, fail, cancel, retry, list."""
+class Queue(Enqueue):
+    """The job verbs: enqueue (enqueue.py), claim, heartbeat, complete, fail, cancel, retry,
+    purge."""
 
     def __init__(self, engine: Engine, *, clock: Clock = system_clock,
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
                  rng: random.Random | None = None, lease_seconds: float = 300.0,
                  type_leases: Mapping[str, float] | None = None) -> None:
         self.engine = engine
-        self._write = writer(engine)
+        self.dialect = dialect_of(engine)
+        self._write = self.dialect.writer(engine)
         self.clock = clock
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
@@ -70,35 +50,37 @@ class Queue:
         self.type_leases = dict(type_leases or {})
         # Told the type of each job whose lease a claim took back (the metrics count them).
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
-        self._build(engine.dialect.name == "postgresql")
+        # Told when a call created or finished jobs (retention purges after such requests).
+        self.on_jobs_written: Callable[[], None] = lambda: None
+        self._build()
 
     # -- statements, built once ------------------------------------------------
-    def _build(self, postgres: bool) -> None:
+    def _build(self) -> None:
+        lease_until = self._lease_until()
+        self._build_claim(lease_until)
+        self._build_answers(lease_until)
+        self._build_lookups()
+
+    def _lease_until(self) -> Any:
+        """The lease a claim or heartbeat sets: the caller's, else the job's type's, else
+        the default. Decided in SQL, because only the UPDATE knows which job it got."""
         b = bindparam
-        # The lease a claim or heartbeat sets: the caller's, else the job's type's, else
-        # the default. Decided in SQL, because only the UPDATE knows which job it got.
-        default_us = literal(_us(self.lease_seconds), BigInteger)
-        by_type = {t: literal(_us(s), BigInteger) for t, s in self.type_leases.items()}
-        lease_until = b("now", type_=BigInteger) + func.coalesce(
+        default_us = literal(to_us(self.lease_seconds), BigInteger)
+        by_type = {t: literal(to_us(s), BigInteger) for t, s in self.type_leases.items()}
+        return b("now", type_=BigInteger) + func.coalesce(
             b("lease_us", type_=BigInteger),
             case(by_type, value=jobs.c.type, else_=default_us) if by_type else default_us)
+
+    def _build_claim(self, lease_until: Any) -> None:
+        """The claim (any type, or the worker's types) and the lease take-back."""
+        b = bindparam
         cand = jobs.alias("cand")  # not correlated with the UPDATE's own jobs
-        # A paused type is skipped by the walk (the small paused_types set is read once
-        # per statement), so the claim stays a walk of the claim index in claim order.
+        policy = claim_policy.eligible(cand)
         due = (select(cand.c.id).where(status_is(Status.PENDING, cand), cand.c.run_at <= b("now"),
-                                       cand.c.type.not_in(select(paused_types.c.type)))
+                                       policy)
                .order_by(cand.c.priority.desc(), cand.c.run_at, cand.c.id).limit(b("n")))
         typed = due.where(cand.c.type.in_(b("types", expanding=True)))
-        if postgres:
-            due, typed = (s.with_for_update(skip_locked=True) for s in (due, typed))
-        else:
-            # A new SQLite database has no ANALYZE statistics, and without them the planner
-            # takes a (status, ...) list index and sorts every pending job on each claim
-            # (measured: 18 claims/s at 100k pending). INDEXED BY pins the claim-order walk.
-            due, typed = (text(_SQLITE_DUE.format(typed=t)).bindparams(*p).columns(jobs.c.id)
-                          for t, p in (("", [b("now"), b("n")]),
-                                       ("AND cand.type IN :types ",
-                                        [b("now"), b("n"), b("types", expanding=True)])))
+        due, typed = self.dialect.claim_candidates(due, typed, sql_of(policy))
         claim = (update(jobs).where(status_is(Status.PENDING))
                  .values(status=Status.RUNNING.value, attempt=jobs.c.attempt + 1,
                          worker_id=b("wkr"), claimed_at=b("now"),
@@ -106,25 +88,19 @@ class Queue:
                  .returning(*jobs.c))
         # The first n due jobs in claim order (one for a single claim). PostgreSQL: the
         # subquery locks them, skipping rows another claim holds; SQLite: the write lock.
-        # PostgreSQL must run the subquery once (an InitPlan): as "id IN (...)" the planner
-        # may make it the inner side of a join and rescan it, LIMIT and locks and all
-        # (measured: a lower priority claimed first). "= ANY(ARRAY(...))" is evaluated once.
-        if postgres:
-            self._claim_any, self._claim_typed = (
-                claim.where(jobs.c.id == any_(func.array(q.scalar_subquery())))
-                for q in (due, typed))
-        else:
-            self._claim_any = claim.where(jobs.c.id.in_(due))
-            self._claim_typed = claim.where(jobs.c.id.in_(typed))
+        self._claim_any, self._claim_typed = (
+            claim.where(self.dialect.in_subquery(jobs.c.id, q)) for q in (due, typed))
         expired = (select(jobs.c.id, jobs.c.attempt)
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
                    .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
-        self._expired = (expired.with_for_update(skip_locked=True) if postgres else
-                         text(_SQLITE_EXPIRED).bindparams(b("now"))
-                         .columns(jobs.c.id, jobs.c.attempt))
+        self._expired = self.dialect.expired_leases(expired, EXPIRE_BATCH)
         self._attempt_start = insert(job_attempts).values(
             job_id=b("jid"), attempt=b("att"), worker_id=b("wkr"),
             started_at=b("now"), outcome=Outcome.RUNNING.value)
+
+    def _build_answers(self, lease_until: Any) -> None:
+        """A worker's heartbeat, complete and fail, each fenced by holder and attempt."""
+        b = bindparam
         self._attempt_end = (update(job_attempts)
                              .where(job_attempts.c.job_id == b("jid"),
                                     job_attempts.c.attempt == b("att"))
@@ -135,128 +111,36 @@ class Queue:
         self._heartbeat = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
                            .values(lease_expires_at=lease_until, updated_at=b("now"))
                            .returning(*jobs.c))
-        self._complete = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
-                          .values(status=Status.COMPLETED.value, result=b("res"),
-                                  lease_expires_at=None, finished_at=b("now"),
-                                  updated_at=b("now"))
-                          .returning(*jobs.c))
+        # complete_many: the same fenced UPDATE, without RETURNING, for executemany.
+        self._complete_each = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
+                               .values(status=Status.COMPLETED.value, result=b("res"),
+                                       lease_expires_at=None, finished_at=b("now"),
+                                       updated_at=b("now")))
+        self._complete = self._complete_each.returning(*jobs.c)
         # Ending an attempt with a failure (a worker's fail, or a lease taken back): read
         # the retry budget, then move the job on; ``own`` adds "held by this worker".
-        running = (jobs.c.id == b("jid"), status_is(Status.RUNNING), jobs.c.attempt == b("att"))
         own = jobs.c.worker_id == b("wkr")
         budget = select(jobs.c.retry_count, jobs.c.max_retries)
-        self._budget = {False: budget.where(*running), True: budget.where(*running, own)}
+        self._budget = {False: budget.where(*held), True: budget.where(*held, own)}
         back = update(jobs).values(status=Status.PENDING.value, retry_count=b("n"),
                                    run_at=b("run_at"), error=b("error"),
                                    lease_expires_at=None, updated_at=b("now"))
         dead = update(jobs).values(status=Status.FAILED.value, finished_at=b("now"),
                                    error=b("error"), lease_expires_at=None,
                                    updated_at=b("now"))
-        self._retry_later = {o: back.where(*running, *([own] if o else [])).returning(*jobs.c)
+        self._retry_later = {o: back.where(*held, *([own] if o else [])).returning(*jobs.c)
                              for o in (False, True)}
-        self._fail_now = {o: dead.where(*running, *([own] if o else [])).returning(*jobs.c)
+        self._fail_now = {o: dead.where(*held, *([own] if o else [])).returning(*jobs.c)
                           for o in (False, True)}
+
+    def _build_lookups(self) -> None:
+        """Reads by id, and purge's pick."""
+        b = bindparam
         self._by_id = select(jobs).where(jobs.c.id == b("jid"))
         self._by_ids = select(jobs).where(jobs.c.id.in_(b("ids", expanding=True)))
-        # complete_many: the same fenced UPDATE, without RETURNING, for executemany.
-        self._complete_each = (update(jobs).where(*held, jobs.c.worker_id == b("wkr"))
-                               .values(status=Status.COMPLETED.value, result=b("res"),
-                                       lease_expires_at=None, finished_at=b("now"),
-                                       updated_at=b("now")))
-        self._by_key = select(jobs).where(jobs.c.producer == b("producer"),
-                                          jobs.c.idempotency_key == b("key"))
-        self._by_keys = select(jobs).where(jobs.c.producer == b("producer"),
-                                           jobs.c.idempotency_key.in_(b("keys", expanding=True)))
-        self._insert = insert(jobs).returning(*jobs.c)
-        # Many rows in one statement, answered in parameter order (ids ascend in that order).
-        self._insert_many = insert(jobs).returning(*jobs.c, sort_by_parameter_order=True)
-        purge_ids = select(jobs.c.id).order_by(jobs.c.finished_at)
-        self._purge_ids = purge_ids.with_for_update(skip_locked=True) if postgres else purge_ids
+        self._purge_ids = self.dialect.skip_locked(select(jobs.c.id).order_by(jobs.c.finished_at))
 
     # -- writes ------------------------------------------------------------------
-    def enqueue(self, new: NewJob) -> tuple[Job, bool]:
-        """Add a job; return it and whether it is new (False: an idempotent replay)."""
-        for _ in range(3):
-            try:
-                with self._write.begin() as conn:
-                    if new.idempotency_key is not None:
-                        row = conn.execute(self._by_key, {"producer": new.producer,
-                                                          "key": new.idempotency_key}).first()
-                        if row is not None:
-                            if row.request_hash != new.request_hash:
-                                raise IdempotencyMismatch(
-                                    "This idempotency key was used for a different request.")
-                            return Job.from_row(row._mapping), False
-                    row = conn.execute(self._insert, self._values(new, self.clock())).one()
-                    return Job.from_row(row._mapping), True
-            except IntegrityError:
-                if new.idempotency_key is None:
-                    raise
-                # Lost a race for (producer, key); the next round finds the winner's row.
-        raise Conflict("Could not settle the idempotency key; try again.")
-
-    def enqueue_many(self, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
-        """Add many jobs of one producer in one transaction, all or nothing, in order.
-
-        Returns the jobs in request order and the indexes of idempotent replays. A key
-        used before for a different request fails the whole batch (IdempotencyMismatch,
-        its ``errors`` naming each item as ``jobs[i].idempotency_key``).
-        """
-        if not news:
-            return [], []
-        keys = [n.idempotency_key for n in news if n.idempotency_key is not None]
-        for _ in range(5):
-            try:
-                with self._write.begin() as conn:
-                    return self._enqueue_many(conn, news, keys)
-            except IntegrityError:
-                if not keys:
-                    raise
-                # A racing batch (or POST /jobs) committed one of these keys first: the
-                # whole transaction rolled back, and the next round replays its row.
-        raise Conflict("Could not settle the idempotency keys; try again.")
-
-    def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
-                      keys: list[str]) -> tuple[list[Job], list[int]]:
-        found: dict[str, Any] = {}
-        if keys:
-            found = {r.idempotency_key: r for r in conn.execute(
-                self._by_keys, {"producer": news[0].producer, "keys": keys})}
-        now = self.clock()
-        out: list[Job | None] = [None] * len(news)
-        replayed: list[int] = []
-        mismatched: list[dict[str, str]] = []
-        fresh: list[int] = []
-        for i, new in enumerate(news):
-            row = found.get(new.idempotency_key) if new.idempotency_key is not None else None
-            if row is None:
-                fresh.append(i)
-            elif row.request_hash != new.request_hash:
-                mismatched.append({"field": f"jobs[{i}].idempotency_key", "detail":
-                                   "This idempotency key was used for a different request."})
-            else:
-                out[i] = Job.from_row(row._mapping)
-                replayed.append(i)
-        if mismatched:
-            raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
-                                      "before for a different request.", errors=mismatched)
-        if fresh:
-            rows = conn.execute(self._insert_many, [self._values(news[i], now) for i in fresh])
-            for i, row in zip(fresh, rows):
-                out[i] = Job.from_row(row._mapping)
-        return [job for job in out if job is not None], replayed
-
-    def _values(self, new: NewJob, now: int) -> dict[str, Any]:
-        """The row of a new job. A run_at in the past is now: no jumping the queue by
-        backdating (the claim orders by run_at)."""
-        run_at = max(new.run_at, now) if new.run_at is not None else (
-            now + _us(new.delay_seconds or 0))
-        return {"type": new.type, "payload": new.payload_json, "priority": new.priority,
-                "status": Status.PENDING.value, "attempt": 0, "retry_count": 0,
-                "max_retries": new.max_retries, "idempotency_key": new.idempotency_key,
-                "request_hash": new.request_hash, "producer": new.producer,
-                "run_at": run_at, "created_at": now, "updated_at": now}
-
     def claim(self, worker: str, *, lease_seconds: float | None = None,
               types: Sequence[str] | None = None) -> Job | None:
         """Take back expired leases, then atomically claim the best due job, or None.
@@ -340,6 +224,7 @@ class Queue:
                     out.append(_refusal(row, job_id, worker, attempt))
             if ended:
                 conn.execute(self._attempt_end, ended)
+                self.on_jobs_written()
             return out
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
@@ -350,6 +235,7 @@ class Queue:
             return self._refusal(conn, job_id, worker, attempt)
         conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
                                          "outcome": Outcome.COMPLETED.value, "error": None})
+        self.on_jobs_written()
         return Job.from_row(row._mapping)
 
     def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
@@ -362,6 +248,7 @@ class Queue:
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
                                     retry=retry, retry_in=retry_in, worker=worker,
                                     clean=clean)
+            self.on_jobs_written()
             return _or_raise(job if job is not None else
                              self._refusal(conn, job_id, worker, attempt))
 
@@ -379,6 +266,7 @@ class Queue:
                                         clean=clean)
                 out.append(job if job is not None else
                            self._refusal(conn, job_id, worker, attempt))
+        self.on_jobs_written()
         return out
 
     def cancel(self, job_id: int, scope: Scope = ALL, actor: str | None = None) -> Job:
@@ -394,6 +282,7 @@ class Queue:
                 raise WrongState("Only a pending job can be cancelled.")
             if actor is not None:
                 record(conn, now, actor, "job.cancel", str(job_id))
+            self.on_jobs_written()
             return Job.from_row(row._mapping)
 
     def retry(self, job_id: int, actor: str | None = None) -> Job:
@@ -480,7 +369,7 @@ class Queue:
             delay = retry_in if retry_in is not None else backoff_seconds(
                 n, self.backoff_base, self.backoff_cap, self.rng)
             updated = conn.execute(self._retry_later[own],
-                                   {**params, "n": n, "run_at": now + _us(delay)}).first()
+                                   {**params, "n": n, "run_at": now + to_us(delay)}).first()
         else:
             updated = conn.execute(self._fail_now[own], params).first()
         if updated is None:
@@ -511,11 +400,6 @@ def _or_raise(got: Job | QueuelogError) -> Job:
     return got
 
 
-def _us(seconds: float) -> int:
-    """Seconds as whole microseconds."""
-    return int(seconds * 1_000_000)
-
-
 def _us_or_none(seconds: float | None) -> int | None:
     """Seconds as microseconds, keeping None (meaning: the configured default)."""
-    return None if seconds is None else _us(seconds)
+    return None if seconds is None else to_us(seconds)

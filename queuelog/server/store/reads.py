@@ -1,4 +1,4 @@
-"""Reading jobs: one job with its history, newest-first keyset pages, metrics counts.
+"""Reading jobs: one job with its history, newest-first keyset pages.
 
 Who may see what is decided here too (``Scope``), so every read and every write that
 must answer 404 for an invisible job uses the same conditions.
@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, func, literal_column, select, text
+from sqlalchemy import Connection, Engine, bindparam, literal_column, select, text
 
 from queuelog.model.problems import JobNotFound
 from queuelog.model.jobs import Attempt, Job, Status
@@ -113,13 +113,6 @@ class Reads:
                         found[0].id if more and found else None)
         return Page(found, found[-1].id if more else None,
                     found[0].id if before is not None and found else None)
-
-    def count_by_status_and_type(self) -> list[tuple[str, str, int]]:
-        """(status, type, count) for every combination present, for /metrics."""
-        with self.engine.connect() as conn:
-            return [tuple(r) for r in conn.execute(  # type: ignore[misc]
-                select(jobs.c.status, jobs.c.type, func.count())
-                .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))]
 
     def ping(self) -> None:
         """Raise unless the database answers."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, and_, bindparam, delete, insert, select
 
 from queuelog.server.store.tables import signin_failures as t
-from queuelog.server.store.engine import writer
+from queuelog.server.store.dialect import writer
 
 SWEEP = 100      # expired rows deleted at most per recorded failure: bounded work per call
 KEY_CHARS = 255  # the columns' width

@@ -16,10 +16,11 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, literal_column, select, text
+from sqlalchemy import Engine, bindparam, func, literal_column, select
 
 from queuelog.model.jobs import FINISHED, Outcome, Priority, Status
 from queuelog.server.store.tables import job_attempts, jobs, paused_types
+from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
 
@@ -72,16 +73,6 @@ def _counts_statement() -> Any:
 # In index order, so the (status, type, id) index answers alone: no rows, no sort.
 _COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
            .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))
-# Expired leases: the lease index holds running jobs only, by lease end; the range below
-# ``now`` is what the next claim takes back (normally empty or tiny).
-_EXPIRED_SQLITE = text(
-    "SELECT type, count(*) FROM jobs INDEXED BY ix_jobs_lease WHERE status = 'running' "
-    "AND lease_expires_at < :now GROUP BY type")
-_EXPIRED_PG = text(
-    "SELECT type, count(*) FROM jobs WHERE status = 'running' "
-    "AND lease_expires_at < :now GROUP BY type")
-
-
 @functools.lru_cache(maxsize=8)
 def _oldest_due_statement(n_types: int) -> Any:
     """The oldest due run_at of each type, one scalar subquery per type, in one SELECT.
@@ -133,8 +124,7 @@ class Stats:
                     "now": now, **{f"t{i}": t for i, t in enumerate(types)}}).one()
                 oldest = {t: int(v) for t, v in zip(types, row) if v is not None}
             expired = {t: int(n) for t, n in conn.execute(
-                _EXPIRED_SQLITE if self.engine.dialect.name == "sqlite" else _EXPIRED_PG,
-                {"now": now})}
+                dialect_of(self.engine).expired_by_type(), {"now": now})}
             paused = set(conn.execute(select(paused_types.c.type)).scalars())
         return Gauges(now, counts, oldest, expired, paused)
 

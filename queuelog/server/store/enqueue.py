@@ -1,0 +1,132 @@
+"""Enqueue: a producer's new jobs, one or a batch, idempotent by (producer, key).
+
+The statements are the same on every database, so they are built once, at import.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Sequence
+
+from sqlalchemy import Connection, Engine, bindparam, insert, select
+from sqlalchemy.exc import IntegrityError
+
+from queuelog.model.jobs import Job, Status
+from queuelog.model.problems import Conflict, IdempotencyMismatch
+from queuelog.server.store.engine import Clock, to_us
+from queuelog.server.store.tables import jobs
+
+_BY_KEY = select(jobs).where(jobs.c.producer == bindparam("producer"),
+                             jobs.c.idempotency_key == bindparam("key"))
+_BY_KEYS = select(jobs).where(jobs.c.producer == bindparam("producer"),
+                              jobs.c.idempotency_key.in_(bindparam("keys", expanding=True)))
+_INSERT = insert(jobs).returning(*jobs.c)
+# Many rows in one statement, answered in parameter order (ids ascend in that order).
+_INSERT_MANY = insert(jobs).returning(*jobs.c, sort_by_parameter_order=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class NewJob:
+    """A validated enqueue request."""
+
+    producer: str
+    type: str
+    payload_json: str
+    priority: int
+    max_retries: int
+    run_at: int | None = None          # epoch microseconds, absolute
+    delay_seconds: float | None = None  # relative to the store's clock
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+class Enqueue:
+    """Enqueue verbs (the Queue's; it provides the writer, clock and ``on_jobs_written``)."""
+
+    _write: Engine
+    clock: Clock
+    on_jobs_written: Callable[[], None]
+
+    def enqueue(self, new: NewJob) -> tuple[Job, bool]:
+        """Add a job; return it and whether it is new (False: an idempotent replay)."""
+        for _ in range(3):
+            try:
+                with self._write.begin() as conn:
+                    if new.idempotency_key is not None:
+                        row = conn.execute(_BY_KEY, {"producer": new.producer,
+                                                          "key": new.idempotency_key}).first()
+                        if row is not None:
+                            if row.request_hash != new.request_hash:
+                                raise IdempotencyMismatch(
+                                    "This idempotency key was used for a different request.")
+                            return Job.from_row(row._mapping), False
+                    row = conn.execute(_INSERT, self._values(new, self.clock())).one()
+                    self.on_jobs_written()
+                    return Job.from_row(row._mapping), True
+            except IntegrityError:
+                if new.idempotency_key is None:
+                    raise
+                # Lost a race for (producer, key); the next round finds the winner's row.
+        raise Conflict("Could not settle the idempotency key; try again.")
+
+    def enqueue_many(self, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
+        """Add many jobs of one producer in one transaction, all or nothing, in order.
+
+        Returns the jobs in request order and the indexes of idempotent replays. A key
+        used before for a different request fails the whole batch (IdempotencyMismatch,
+        its ``errors`` naming each item as ``jobs[i].idempotency_key``).
+        """
+        if not news:
+            return [], []
+        keys = [n.idempotency_key for n in news if n.idempotency_key is not None]
+        for _ in range(5):
+            try:
+                with self._write.begin() as conn:
+                    return self._enqueue_many(conn, news, keys)
+            except IntegrityError:
+                if not keys:
+                    raise
+                # A racing batch (or POST /jobs) committed one of these keys first: the
+                # whole transaction rolled back, and the next round replays its row.
+        raise Conflict("Could not settle the idempotency keys; try again.")
+
+    def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
+                      keys: list[str]) -> tuple[list[Job], list[int]]:
+        found: dict[str, Any] = {}
+        if keys:
+            found = {r.idempotency_key: r for r in conn.execute(
+                _BY_KEYS, {"producer": news[0].producer, "keys": keys})}
+        now = self.clock()
+        out: list[Job | None] = [None] * len(news)
+        replayed: list[int] = []
+        mismatched: list[dict[str, str]] = []
+        fresh: list[int] = []
+        for i, new in enumerate(news):
+            row = found.get(new.idempotency_key) if new.idempotency_key is not None else None
+            if row is None:
+                fresh.append(i)
+            elif row.request_hash != new.request_hash:
+                mismatched.append({"field": f"jobs[{i}].idempotency_key", "detail":
+                                   "This idempotency key was used for a different request."})
+            else:
+                out[i] = Job.from_row(row._mapping)
+                replayed.append(i)
+        if mismatched:
+            raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
+                                      "before for a different request.", errors=mismatched)
+        if fresh:
+            rows = conn.execute(_INSERT_MANY, [self._values(news[i], now) for i in fresh])
+            for i, row in zip(fresh, rows):
+                out[i] = Job.from_row(row._mapping)
+            self.on_jobs_written()
+        return [job for job in out if job is not None], replayed
+
+    def _values(self, new: NewJob, now: int) -> dict[str, Any]:
+        """The row of a new job. A run_at in the past is now: no jumping the queue by
+        backdating (the claim orders by run_at)."""
+        run_at = max(new.run_at, now) if new.run_at is not None else (
+            now + to_us(new.delay_seconds or 0))
+        return {"type": new.type, "payload": new.payload_json, "priority": new.priority,
+                "status": Status.PENDING.value, "attempt": 0, "retry_count": 0,
+                "max_retries": new.max_retries, "idempotency_key": new.idempotency_key,
+                "request_hash": new.request_hash, "producer": new.producer,
+                "run_at": run_at, "created_at": now, "updated_at": now}

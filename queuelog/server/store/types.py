@@ -1,0 +1,129 @@
+"""Job types: pause and resume (kept in the database), and a summary per type."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Sequence
+
+from sqlalchemy import Engine, bindparam, func, insert, literal_column, select
+from sqlalchemy.exc import IntegrityError
+
+from queuelog.model.jobs import Outcome, Status
+from queuelog.model.problems import Conflict
+from queuelog.server.store.audit import record
+from queuelog.server.store.engine import Clock
+from queuelog.server.store.reads import status_is
+from queuelog.server.store.tables import job_attempts, jobs, paused_types
+
+HOUR_US = 3_600_000_000
+PAUSE_TRIES = 3  # rounds set_paused looks again after losing a race to another admin
+FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class TypeSummary:
+    """One configured job type as ``GET /types`` and ``/ui/types`` show it."""
+
+    name: str
+    paused: bool
+    paused_at: int | None
+    paused_by: str | None
+    counts: dict[str, int]            # per status, each at most the cap + 1
+    oldest_pending_us: int            # age of the oldest due pending job, 0 when none
+    completed_last_hour: int
+    failed_last_hour: int             # failed attempts, lease expiries included
+
+
+def _capped(*cond: Any) -> Any:
+    # As on /ui/: COUNT over a LIMITed subquery stops reading at cap + 1 index entries.
+    sub = (select(literal_column("1")).select_from(jobs).where(*cond)
+           .limit(bindparam("cap")).subquery())
+    return select(func.count()).select_from(sub).scalar_subquery()
+
+
+@functools.lru_cache(maxsize=8)
+def _summary_statement(n_types: int) -> Any:
+    """Capped counts per (status, type) and the oldest due run_at per type, in one SELECT."""
+    cols = []
+    for i in range(n_types):
+        t = bindparam(f"t{i}")
+        cols += [_capped(status_is(s), jobs.c.type == t).label(f"{s.value}_{i}") for s in Status]
+        # The (type, run_at) partial index: the first entry of the type is the answer.
+        cols.append(select(jobs.c.run_at).where(status_is(Status.PENDING), jobs.c.type == t,
+                                                jobs.c.run_at <= bindparam("now"))
+                    .order_by(jobs.c.run_at).limit(1).scalar_subquery().label(f"oldest_{i}"))
+    return select(*cols)
+
+
+_LAST_HOUR = (select(jobs.c.type, job_attempts.c.outcome, func.count())
+              .select_from(job_attempts.join(jobs, jobs.c.id == job_attempts.c.job_id))
+              .where(job_attempts.c.finished_at >= bindparam("since"),
+                     job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
+              .group_by(jobs.c.type, job_attempts.c.outcome))
+
+
+class Types:
+    """Type verbs (mixed into the Store, which provides engine, clock, writer)."""
+
+    engine: Engine
+    clock: Clock
+    _write: Engine
+
+    # -- job types ---------------------------------------------------------------
+    def paused(self) -> dict[str, tuple[int, str]]:
+        """Paused types: name -> (paused_at, paused_by)."""
+        with self.engine.connect() as conn:
+            return {r.type: (r.paused_at, r.paused_by)
+                    for r in conn.execute(select(paused_types)).all()}
+
+    def type_summaries(self, types: Sequence[str], cap: int) -> list[TypeSummary]:
+        """A summary of each of ``types``; counts stop at ``cap`` + 1 (read as "cap+")."""
+        now = self.clock()
+        params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
+        with self.engine.connect() as conn:
+            row = conn.execute(_summary_statement(len(types)),
+                               {**params, "cap": cap + 1, "now": now}).one()._mapping
+            hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()
+            paused = {r.type: r for r in conn.execute(select(paused_types)).all()}
+        done: dict[tuple[str, str], int] = {}
+        for job_type, outcome, n in hour:
+            kind = "completed" if outcome == Outcome.COMPLETED.value else "failed"
+            done[job_type, kind] = done.get((job_type, kind), 0) + int(n)
+        out = []
+        for i, name in enumerate(types):
+            oldest = row[f"oldest_{i}"]
+            p = paused.get(name)
+            out.append(TypeSummary(
+                name=name, paused=p is not None, paused_at=p and p.paused_at,
+                paused_by=p and p.paused_by,
+                counts={s.value: int(row[f"{s.value}_{i}"]) for s in Status},
+                oldest_pending_us=0 if oldest is None else max(0, now - oldest),
+                completed_last_hour=done.get((name, "completed"), 0),
+                failed_last_hour=done.get((name, "failed"), 0)))
+        return out
+
+    def set_paused(self, job_type: str, paused: bool, actor: str) -> None:
+        """Pause or resume a type (idempotent); audited as ``type.pause``/``type.resume``.
+
+        Raises Conflict (409) if it cannot be settled: never returns having done nothing.
+        """
+        for _ in range(PAUSE_TRIES):
+            try:
+                with self._write.begin() as conn:
+                    now = self.clock()
+                    exists = conn.execute(select(paused_types.c.type)
+                                          .where(paused_types.c.type == job_type)).first()
+                    if paused and exists is None:
+                        conn.execute(insert(paused_types).values(
+                            type=job_type, paused_at=now, paused_by=actor[:100]))
+                    elif not paused and exists is not None:
+                        conn.execute(paused_types.delete().where(paused_types.c.type == job_type))
+                    record(conn, now, actor, "type.pause" if paused else "type.resume", job_type,
+                           {"changed": (exists is None) == paused})
+                    return
+            except IntegrityError:
+                continue  # PostgreSQL: another admin paused it at the same instant; look again
+        # Every round lost a race (or the row is refused for another reason): say so, so
+        # that the caller answers a problem instead of a pause that never happened.
+        verb = "pause" if paused else "resume"
+        raise Conflict(f"Could not {verb} type {job_type!r}: it kept changing; try again.")
