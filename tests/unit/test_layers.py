@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import pathlib
 from typing import Iterable
 
@@ -109,18 +110,19 @@ def targets(mods: dict[str, pathlib.Path], name: str, node: ast.AST) -> set[str]
     return {n for n in named if n in mods and n != name}
 
 
-def edges(root: pathlib.Path = PACKAGE) -> list[Edge]:
+@functools.cache  # one walk per test process, shared by every case below
+def edges(root: pathlib.Path = PACKAGE) -> tuple[Edge, ...]:
     """Every import of one of the package's modules by another, with its line."""
     mods = modules(root)
-    found = []
+    found: list[Edge] = []
     for name, path in mods.items():
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 found += [Edge(name, t, node.lineno) for t in sorted(targets(mods, name, node))]
-    return found
+    return tuple(found)
 
 
-def graph(found: list[Edge], without: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
+def graph(found: Iterable[Edge], without: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
     """Who imports whom, leaving out a package's imports of its own submodules and ``without``."""
     dropped = set(without)
     out: dict[str, set[str]] = {}
@@ -157,7 +159,7 @@ def find_cycle(arrows: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def describe(chain: list[str], found: list[Edge]) -> str:
+def describe(chain: list[str], found: tuple[Edge, ...]) -> str:
     """A cycle as lines ``a (line n) imports b``, one per arrow."""
     lines = {(e.importer, e.imported): e.line for e in reversed(found)}
     return "\n  ".join(str(Edge(a, b, lines[a, b])) for a, b in zip(chain, chain[1:]))
@@ -170,7 +172,7 @@ def test_no_import_cycle() -> None:
     assert chain is None, "import cycle:\n  " + describe(chain or [], found)
 
 
-def upward(found: list[Edge]) -> list[Edge]:
+def upward(found: Iterable[Edge]) -> list[Edge]:
     """The imports that break a rule of RULES."""
     return [e for e in found for rule in RULES
             if within(e.importer, [rule.layer]) and rule.breaks(e.imported)]
