@@ -54,16 +54,17 @@ class Rule:
         return within(imported, self.never)
 
 
-S = "queuelog.server"
+SERVER = "queuelog.server"
+API, UI, STORE, ACTIONS = (f"{SERVER}.{room}" for room in ("api", "ui", "store", "actions"))
 RULES = [
     Rule("queuelog.model", only=("queuelog.model",)),
     Rule("queuelog.client", only=("queuelog.client", "queuelog.model")),
     Rule("queuelog.worker", only=("queuelog.worker", "queuelog.client", "queuelog.model")),
-    Rule(f"{S}.store", never=(f"{S}.api", f"{S}.ui", f"{S}.actions", f"{S}.requests.openapi")),
-    Rule(f"{S}.actions", never=(f"{S}.api", f"{S}.ui")),
-    Rule(f"{S}.requests", never=(f"{S}.api", f"{S}.ui", f"{S}.store", f"{S}.actions")),
-    Rule(f"{S}.api", never=(f"{S}.ui",)),
-    Rule(f"{S}.ui", never=(f"{S}.api",)),
+    Rule(STORE, never=(API, UI, ACTIONS, f"{SERVER}.requests.openapi")),
+    Rule(ACTIONS, never=(API, UI)),
+    Rule(f"{SERVER}.requests", never=(API, UI, STORE, ACTIONS)),
+    Rule(API, never=(UI,)),
+    Rule(UI, never=(API,)),
 ]
 
 
