@@ -24,6 +24,12 @@ from queuelog.server.requests.openapi import document
 from queuelog.server.store import NewJob, Store
 from queuelog.server.throttle import SignInThrottle
 
+# Random (fuzzing) requests per operation. On SQLite the coverage phase's boundary cases run
+# too, and they reach every line and branch the fuzzing does: measured with coverage.py, 10
+# examples per operation cover exactly the lines and arcs 25 do (3,702 lines, 5,348 arcs), in
+# 13-17% less time. PostgreSQL has no coverage phase (see api_schema), so its fuzzing keeps 25:
+# at 10 it missed 64 lines (long polls, bulk admin paths), at 15 still 58.
+FUZZ_EXAMPLES = {"sqlite": 10, "postgresql": 25}
 WORKER_OPS = {"/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete", "/jobs/{id}/fail",
               "/jobs/complete", "/jobs/fail"}
 
@@ -75,6 +81,7 @@ def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend:
         # odd values (NUL, huge numbers), which random fuzzing reaches. The coverage phase's
         # boundary cases run on SQLite only (a third less time).
         loaded.config.phases.coverage.enabled = False
+    loaded.config.generation.update(max_examples=FUZZ_EXAMPLES[backend])
     return loaded
 
 
@@ -112,7 +119,7 @@ def _stateful_key(case: Any) -> bool:
     return False
 
 
-@settings(max_examples=25, derandomize=True, deadline=None,
+@settings(derandomize=True, deadline=None,
           suppress_health_check=list(HealthCheck))
 @schema.parametrize()
 def test_api_conforms_to_its_document(case: Any, keys: dict[str, dict[str, str]],

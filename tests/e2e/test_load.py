@@ -1,4 +1,4 @@
-"""Multi-process load: gunicorn with 4 workers, 16 client threads, 2,000 jobs end to end."""
+"""Multi-process load: gunicorn with 4 workers, 16 client threads, 600 jobs end to end."""
 from __future__ import annotations
 
 import collections
@@ -11,10 +11,15 @@ import pytest
 
 from server_process import Server, make_keys, request, table_rows
 
-JOBS = 2_000
+# What the test proves (one claim per job, no 5xx, no "database is locked") depends on how
+# many requests are in flight at once (16 threads on 4 processes), not on how long they keep
+# going: 600 jobs are ~1,800 requests with all 16 threads busy from start to end, each worker
+# thread claiming ~75 times against 7 rivals. 2,000 jobs took three times as long, proving the
+# same contention for longer.
+JOBS = 600
 PRODUCERS = 8
 WORKERS = 8          # 16 client threads in all
-TIME_BOX = 150.0     # seconds: a guard against hangs (a run takes ~40 s on 2 cores)
+TIME_BOX = 150.0     # seconds: a guard against hangs (a run takes ~10 s on 2 cores)
 
 
 @pytest.mark.slow
