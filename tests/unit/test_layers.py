@@ -12,28 +12,6 @@ import functools
 import pathlib
 from typing import Iterable
 
-import pytest
-
-# Today's known violations. Each is an xfail(strict=True) case below, so the suite is green with
-# them and turns red (XPASS) the moment one is gone: then delete its line here. Once both lists
-# are empty, the layout is what DESIGN.md draws.
-KNOWN_VIOLATIONS: dict[str, list[tuple[str, str]]] = {
-    # (importer, imported): the import that closes a cycle (its removal breaks that cycle)
-    "cycle": [
-        ("queuelog.worker.job", "queuelog.worker.runner"),
-        ("queuelog.server", "queuelog.cli"),
-        ("queuelog.server.config", "queuelog.server.retention"),
-        ("queuelog.server.store.engine", "queuelog.server.store.migrate"),
-        ("queuelog.server.actions", "queuelog.server.api"),
-        ("queuelog.server.ui.queue", "queuelog.server.ui.admin"),
-    ],
-    # (importer, imported): an arrow pointing up, against a rule in RULES
-    "upward": [
-        ("queuelog.server.actions", "queuelog.server.api"),
-        ("queuelog.server.requests.openapi", "queuelog.server.api.admin"),
-        ("queuelog.server.requests.openapi", "queuelog.server.store.audit"),
-    ],
-}
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "queuelog"
 MAX_TOP_LEVEL = 5  # DESIGN.md: __init__, cli, client (and __main__) beside the worlds' packages
@@ -169,7 +147,7 @@ def describe(chain: list[str], found: tuple[Edge, ...]) -> str:
 def test_no_import_cycle() -> None:
     """No import cycle inside queuelog beyond the known ones (each is a case below)."""
     found = edges()
-    chain = find_cycle(graph(found, without=KNOWN_VIOLATIONS["cycle"]))
+    chain = find_cycle(graph(found))
     assert chain is None, "import cycle:\n  " + describe(chain or [], found)
 
 
@@ -180,9 +158,8 @@ def upward(found: Iterable[Edge]) -> list[Edge]:
 
 
 def test_no_upward_import() -> None:
-    """Imports point down DESIGN.md's layers, beyond the known exceptions (each a case below)."""
-    known = set(KNOWN_VIOLATIONS["upward"])
-    wrong = [e for e in upward(edges()) if (e.importer, e.imported) not in known]
+    """Imports point down DESIGN.md's layers."""
+    wrong = upward(edges())
     assert not wrong, "upward import:\n  " + "\n  ".join(map(str, wrong))
 
 
@@ -190,26 +167,6 @@ def test_top_level_stays_small() -> None:
     """The package's top level holds at most a handful of modules."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} modules at queuelog's top level: {top}"
-
-
-@pytest.mark.xfail(strict=True, reason="known cycle, being removed: then drop it from the list")
-@pytest.mark.parametrize("importer, imported", KNOWN_VIOLATIONS["cycle"],
-                         ids=[f"{a}->{b}" for a, b in KNOWN_VIOLATIONS["cycle"]])
-def test_known_cycle_is_gone(importer: str, imported: str) -> None:
-    """The import from ``importer`` to ``imported`` no longer closes a cycle."""
-    found = edges()
-    back = path_between(graph(found), imported, importer)
-    closes = any(e.importer == importer and e.imported == imported for e in found) and back
-    assert not closes, "import cycle:\n  " + describe([importer] + (back or []), found)
-
-
-@pytest.mark.xfail(strict=True, reason="known upward import, being removed: then drop it")
-@pytest.mark.parametrize("importer, imported", KNOWN_VIOLATIONS["upward"],
-                         ids=[f"{a}->{b}" for a, b in KNOWN_VIOLATIONS["upward"]])
-def test_known_upward_import_is_gone(importer: str, imported: str) -> None:
-    """``importer`` no longer imports ``imported``."""
-    wrong = [e for e in upward(edges()) if (e.importer, e.imported) == (importer, imported)]
-    assert not wrong, "upward import:\n  " + "\n  ".join(map(str, wrong))
 
 
 def test_walker_sees_lazy_relative_and_type_checking_imports(tmp_path: pathlib.Path) -> None:
