@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from click.utils import make_default_short_help
 
 from queuelog.worker.command import work
 
@@ -28,6 +27,13 @@ SERVER_COMMANDS: dict[str, str] = {
     "run": "Run a development server.",
     "users": "Manage the people who sign in to the dashboard.",
 }
+
+
+def short_help(name: str, limit: int) -> str:
+    """A command's one-line help as ``--help`` lists it, a server command's without the server."""
+    if name in SERVER_COMMANDS:  # click cuts a help text the same way for a stand-in command
+        return click.Command(name, help=SERVER_COMMANDS[name]).get_short_help_str(limit)
+    return main.commands[name].get_short_help_str(limit)
 
 
 class QueuelogGroup(click.Group):
@@ -53,9 +59,7 @@ class QueuelogGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list of ``--help``, the server's from ``SERVER_COMMANDS``."""
         limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
-        rows = [(name, make_default_short_help(SERVER_COMMANDS[name], limit)
-                 if name in SERVER_COMMANDS else self.commands[name].get_short_help_str(limit))
-                for name in self.list_commands(ctx)]
+        rows = [(name, short_help(name, limit)) for name in self.list_commands(ctx)]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -283,14 +283,11 @@ def test_flask_app_cli_has_every_command(app):
 
 def test_the_help_lists_each_server_command_with_its_own_short_help():
     """``queuelog --help`` names the server commands without loading them: the same words."""
-    from click.utils import make_default_short_help
-
-    from queuelog.cli import SERVER_COMMANDS
+    from queuelog.cli import short_help
     from queuelog.server.commands import server
     for name, command in server.commands.items():
         for width in (30, 65, 200):  # the terminal's width decides where it is cut
-            assert make_default_short_help(SERVER_COMMANDS[name], width) == \
-                command.get_short_help_str(width), (name, width)
+            assert short_help(name, width) == command.get_short_help_str(width), (name, width)
 
 
 def test_work_help_and_version_import_no_flask_and_no_sqlalchemy(tmp_path):
