@@ -172,6 +172,12 @@ def app(db_url: str, clock: FakeClock, config: dict[str, Any], tmp_path: Any) ->
 
 
 @pytest.fixture
+def runner(app: Any) -> Any:
+    """Flask's CLI runner, bound to the test app."""
+    return app.test_cli_runner()
+
+
+@pytest.fixture
 def store(app: Any) -> Store:
     """The app's store."""
     return app.extensions["queuelog.store"]  # type: ignore[no-any-return]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import pytest
@@ -54,3 +55,41 @@ def enqueue(client: Any, headers: dict[str, str], type: str = "email", *, expect
     resp = post_job(client, headers, type, **body)
     assert resp.status_code == expect, resp.get_data(as_text=True)
     return resp.json  # type: ignore[no-any-return]
+
+
+# -- jobs straight through the store, and the API's claim -------------------------------
+def add_job(store: Any, type: str = "email", *, producer: str = "billing", priority: int = 0,
+            max_retries: int = 3, payload: dict[str, Any] | str | None = None,
+            delay: float | None = None, run_at: int | None = None,
+            key: str | None = None) -> Any:
+    """Enqueue one new job straight through the store; return the Job."""
+    from queuelog.server.store import NewJob
+    text = payload if isinstance(payload, str) else json.dumps(
+        {"n": 1} if payload is None else payload)
+    job, created = store.enqueue(NewJob(producer=producer, type=type, payload_json=text,
+                                        priority=priority, max_retries=max_retries,
+                                        run_at=run_at, delay_seconds=delay,
+                                        idempotency_key=key,
+                                        request_hash="h" if key else None))
+    assert created
+    return job
+
+
+def add(store: Any, type: str = "email", **fields: Any) -> int:
+    """Enqueue one new job straight through the store (``add_job``'s fields); return its id."""
+    return add_job(store, type, **fields).id  # type: ignore[no-any-return]
+
+
+def failed(store: Any, type: str = "email", *, error: str = "boom", worker: str = "mailer-1",
+           **fields: Any) -> int:
+    """A job claimed by ``worker`` and failed for good with ``error``; return its id."""
+    job_id = add(store, type, **fields)
+    job = store.claim(worker, types=[type])
+    assert job is not None and job.id == job_id
+    store.fail(job_id, worker, job.attempt, error, retry=False)
+    return job_id
+
+
+def claim(client: Any, headers: dict[str, str], **body: Any) -> Any:
+    """POST /jobs/claim with an optional body; return the response."""
+    return client.post("/jobs/claim", json=body or None, headers=headers)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from helpers import failed
 from queuelog.server import actions, longpoll, sanitize
 from queuelog.server.api.serialize import job_json
 from queuelog.server.auth import Principal
@@ -21,16 +22,6 @@ WORKER = Principal("mailer-1", "worker", "key", None, 10)
 MARK = "ERR-5d2c"
 
 
-def failed(store: Store, key: str | None = None) -> int:
-    """A job with a failed attempt (error text ``MARK``), failed for good; return its id."""
-    job, _ = store.enqueue(NewJob("billing", "email", json.dumps({}), 0, 0,
-                                  idempotency_key=key, request_hash="h" if key else None))
-    claimed = store.claim("mailer-1")
-    assert claimed is not None and claimed.id == job.id
-    store.fail(job.id, "mailer-1", claimed.attempt, MARK, retry=False)
-    return job.id
-
-
 @pytest.fixture
 def ctx(app: Any) -> Any:
     """An app context: actions find the store through it."""
@@ -39,7 +30,7 @@ def ctx(app: Any) -> Any:
 
 
 def test_error_text_is_for_admins_only(ctx: Any, store: Store) -> None:
-    job = store.get(failed(store, key="k-1"))
+    job = store.get(failed(store, key="k-1", error=MARK))
     for who in (VIEWER, PRODUCER, WORKER):
         seen = actions.visible(job, who)
         assert seen.error is None and all(a.error is None for a in seen.attempts or ())
@@ -54,7 +45,7 @@ def test_error_text_is_for_admins_only(ctx: Any, store: Store) -> None:
 
 
 def test_only_admins_retry_and_pause(ctx: Any, store: Store) -> None:
-    job_id = failed(store)
+    job_id = failed(store, error=MARK)
     for who in (VIEWER, PRODUCER, WORKER):
         with pytest.raises(Forbidden):
             actions.retry(who, job_id)
@@ -89,7 +80,7 @@ def test_pausing_an_unknown_type_is_not_found(ctx: Any, store: Store) -> None:
 
 def test_retry_wakes_long_polls(ctx: Any, store: Store) -> None:
     wakeup = ctx.extensions["queuelog.longpoll"].bell
-    job_id = failed(store)
+    job_id = failed(store, error=MARK)
     before = wakeup.count
     assert actions.bulk_retry(ADMIN) == 1 and wakeup.count > before
     actions.cancel(ADMIN, job_id)

@@ -1,42 +1,22 @@
 """The audit log: every admin or operator change, written in the change's transaction."""
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import pytest
 from sqlalchemy import select
 
-from helpers import problem
+from helpers import add, failed, problem
 from queuelog import create_app
 from queuelog.model.problems import WrongState
 from queuelog.server.store.tables import audit_events
-from queuelog.server.store import NewJob, Store
+from queuelog.server.store import Store
 
 PAYLOAD_MARK = "PAYLOAD-8c1d"
 ERROR_MARK = "ERROR-77ab"
+MARKED = {"m": PAYLOAD_MARK}  # a payload an audit event must never hold
+ERROR_TEXT = f"{ERROR_MARK} token=abc"  # error text an event must never hold
 PASSWORD = "PW-secret-3f9e-long"
-
-
-@pytest.fixture
-def runner(app: Any) -> Any:
-    """Flask's CLI runner, bound to the test app."""
-    return app.test_cli_runner()
-
-
-def add(store: Store, type: str = "email", producer: str = "billing") -> int:
-    """Enqueue a job whose payload carries a marker; return its id."""
-    job, _ = store.enqueue(NewJob(producer, type, json.dumps({"m": PAYLOAD_MARK}), 0, 0))
-    return job.id
-
-
-def failed(store: Store) -> int:
-    """A job failed for good with an error that carries a marker; return its id."""
-    job_id = add(store)
-    job = store.claim("mailer-1")
-    assert job is not None and job.id == job_id
-    store.fail(job_id, "mailer-1", job.attempt, f"{ERROR_MARK} token=abc", retry=False)
-    return job_id
 
 
 def events(store: Store) -> list[tuple[str, str, str | None]]:
@@ -60,9 +40,9 @@ def test_every_change_is_recorded_and_no_secret_is(
                                "--password-stdin"], input=PASSWORD + "\n").exit_code == 0
     assert runner.invoke(args=["users", "set-password", "ada", "--password-stdin"],
                          input=PASSWORD + "-2\n").exit_code == 0
-    one = failed(store)
+    one = failed(store, payload=MARKED, error=ERROR_TEXT)
     assert client.post(f"/jobs/{one}/retry", headers=admin).status_code == 200
-    two = add(store)
+    two = add(store, payload=MARKED)
     assert client.post(f"/jobs/{two}/cancel", headers=admin).status_code == 200
     assert client.post("/jobs/retry", json={"ids": [two]}, headers=admin).status_code == 200
     assert client.post("/jobs/cancel", json={"filter": {}}, headers=admin).status_code == 200
@@ -90,7 +70,7 @@ def test_every_change_is_recorded_and_no_secret_is(
 
 def test_a_refused_change_records_nothing(client: Any, store: Store,
                                           admin: dict[str, str]) -> None:
-    pending = add(store)
+    pending = add(store, payload=MARKED)
     problem(client.post(f"/jobs/{pending}/retry", headers=admin), 409)
     problem(client.post("/jobs/999/cancel", headers=admin), 404)
     problem(client.post("/types/fax/pause", headers=admin), 404)
@@ -99,7 +79,7 @@ def test_a_refused_change_records_nothing(client: Any, store: Store,
 
 def test_the_event_is_in_the_same_transaction_as_the_change(
         store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-    job_id = failed(store)
+    job_id = failed(store, payload=MARKED, error=ERROR_TEXT)
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise WrongState("the audit log is broken")
@@ -116,14 +96,14 @@ def test_the_event_is_in_the_same_transaction_as_the_change(
 def test_a_person_is_the_actor_of_what_they_do(client: Any, store: Store,
                                                make_user: Callable[..., dict[str, str]]) -> None:
     ada = make_user("ada", "admin")
-    job_id = failed(store)
+    job_id = failed(store, payload=MARKED, error=ERROR_TEXT)
     assert client.post(f"/jobs/{job_id}/retry", json={}, headers=ada).status_code == 200
     assert events(store) == [("ada", "job.retry", str(job_id))]
 
 
 def test_a_producer_cancelling_its_own_job_is_not_an_admin_change(
         client: Any, store: Store, producer: dict[str, str]) -> None:
-    job_id = add(store)
+    job_id = add(store, payload=MARKED)
     assert client.post(f"/jobs/{job_id}/cancel", headers=producer).status_code == 200
     assert events(store) == []
 
@@ -194,7 +174,7 @@ def test_automatic_retention_is_recorded(tmp_path: Any, clock: Any, db_url: str)
     store: Store = app.extensions["queuelog.store"]
     store.clock = clock
     try:
-        failed(store)
+        failed(store, payload=MARKED, error=ERROR_TEXT)
         clock.advance(7200)
         assert app.extensions["queuelog.retention"].maybe_run() == 1
         page, _ = store.audit_events()

@@ -1,30 +1,14 @@
 """Bulk retry and cancel (POST /jobs/retry, POST /jobs/cancel), on SQLite and PostgreSQL."""
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import pytest
 from sqlalchemy import event
 
-from helpers import problem
+from helpers import add, failed, problem
 from queuelog.model.jobs import Status
-from queuelog.server.store import NewJob, Store
-
-
-def add(store: Store, type: str = "email", producer: str = "billing", priority: int = 0) -> int:
-    """Enqueue one pending job; return its id."""
-    job, _ = store.enqueue(NewJob(producer, type, json.dumps({"n": 1}), priority, 3))
-    return job.id
-
-
-def failed(store: Store, type: str = "email", priority: int = 0) -> int:
-    """A job claimed and failed for good; return its id."""
-    job_id = add(store, type, priority=priority)
-    job = store.claim("mailer-1", types=[type])
-    assert job is not None and job.id == job_id
-    store.fail(job.id, "mailer-1", job.attempt, "boom", retry=False)
-    return job_id
+from queuelog.server.store import Store
 
 
 def running(store: Store, type: str = "email") -> int:

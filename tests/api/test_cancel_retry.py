@@ -5,13 +5,8 @@ from typing import Any
 
 import pytest
 
-from helpers import enqueue
+from helpers import claim, enqueue
 from queuelog.model.jobs import isoformat
-
-
-def claim(client: Any, headers: dict[str, str]) -> Any:
-    """POST /jobs/claim; return the response."""
-    return client.post("/jobs/claim", headers=headers)
 
 
 def fail(client: Any, headers: dict[str, str], job: dict[str, Any], attempt: int,

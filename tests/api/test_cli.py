@@ -7,15 +7,8 @@ import subprocess
 import sys
 from typing import Any
 
-import pytest
 
 from queuelog import create_app
-
-
-@pytest.fixture
-def runner(app: Any) -> Any:
-    """Flask's CLI runner, bound to the test app."""
-    return app.test_cli_runner()
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from helpers import enqueue
+from helpers import claim, enqueue
 from queuelog import create_app
 from queuelog.server import longpoll
 from queuelog.server.longpoll import Wakeup
@@ -30,11 +30,6 @@ def config() -> dict[str, Any]:
 def other(make_key: Any) -> dict[str, str]:
     """A second worker, mailer-2."""
     return make_key("mailer-2", "worker")
-
-
-def claim(client: Any, headers: dict[str, str], **body: Any) -> Any:
-    """POST /jobs/claim with an optional body; return the response."""
-    return client.post("/jobs/claim", json=body or None, headers=headers)
 
 
 def later(clock: Any, seconds: float) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from helpers import enqueue, post_job
+from helpers import claim, enqueue, post_job
 from queuelog import create_app
 from queuelog.model.jobs import backoff_seconds, isoformat, to_datetime
 
@@ -23,11 +23,6 @@ def config() -> dict[str, Any]:
 def at(clock: Any, seconds: float) -> str:
     """The fake clock's now plus ``seconds``, as the API writes it."""
     return isoformat(clock.now + int(seconds * 1_000_000))  # type: ignore[return-value]
-
-
-def claim(client: Any, headers: dict[str, str]) -> Any:
-    """POST /jobs/claim; return the response."""
-    return client.post("/jobs/claim", headers=headers)
 
 
 # -- run_at and delay_seconds --------------------------------------------------------

@@ -14,12 +14,6 @@ from queuelog.server.store import Store
 SYSTEM = ["cli", "retention", "schedule:nightly", "CLI", " Retention ", "Schedule:x"]
 
 
-@pytest.fixture
-def runner(app: Any) -> Any:
-    """Flask's CLI runner, bound to the test app."""
-    return app.test_cli_runner()
-
-
 def test_the_actors_the_system_uses_are_system_names() -> None:
     assert is_system_name(actions.CLI) and is_system_name("retention")  # retention.py's actor
     assert is_system_name("schedule:nightly")

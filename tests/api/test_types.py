@@ -1,23 +1,15 @@
 """Job types: GET /types, pausing and resuming, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from helpers import problem
+from helpers import add, problem
 from queuelog import create_app
 from queuelog.model.problems import Conflict
-from queuelog.server.store import NewJob, Store
-
-
-def add(store: Store, type: str = "email", delay: float | None = None) -> int:
-    """Enqueue one job; return its id."""
-    job, _ = store.enqueue(NewJob("billing", type, json.dumps({"n": 1}), 0, 0,
-                                  delay_seconds=delay))
-    return job.id
+from queuelog.server.store import Store
 
 
 def by_name(body: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -10,23 +10,16 @@ from urllib.parse import quote
 import pytest
 from werkzeug.security import generate_password_hash
 
+from helpers import add
 from queuelog.server.ui import helpers, queue
 from queuelog.server.ui.filters import PAGE_SIZE
 from queuelog.server.ui.charts import minute_chart, nice_ceiling
 from queuelog.model.jobs import Status
-from queuelog.server.store import NewJob, Store
+from queuelog.server.store import Store
 
 MARKER = "ERRMARK-7f3a"
 SCRIPT = '<script>alert("x")</script>'
 ALL_STATUSES = ["pending", "scheduled", "running", "completed", "failed", "cancelled"]
-
-
-def add(store: Store, type: str = "email", payload: dict[str, Any] | None = None,
-        priority: int = 0, delay: float | None = None, producer: str = "billing") -> int:
-    """Enqueue one job directly through the store; return its id."""
-    job, _ = store.enqueue(NewJob(producer, type, json.dumps(payload or {"n": 1}), priority,
-                                  3, delay_seconds=delay))
-    return job.id
 
 
 def run(store: Store, outcome: str, error: str = MARKER, retry: bool = False) -> int:

@@ -9,29 +9,19 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from helpers import add_job
 from queuelog.model.problems import (ConfigError, Conflict, JobNotFound, NotHolder,
                                      StaleAttempt, WrongState)
 from queuelog.model.jobs import Outcome, Status
 from queuelog.server.store.tables import api_keys, users
-from queuelog.server.store import ALL, NewJob, Scope, Store, dialect
+from queuelog.server.store import ALL, Scope, Store, dialect
 from queuelog.server.store.dialect import PostgresDialect, SQLiteDialect
 
 US = 1_000_000  # microseconds per second
 
 
-def add(store: Store, type: str = "email", *, producer: str = "billing", priority: int = 0,
-        max_retries: int = 3, run_at: int | None = None, delay: float | None = None,
-        payload: str = "{}") -> Any:
-    """Enqueue one job straight through the store."""
-    job, created = store.enqueue(NewJob(producer=producer, type=type, payload_json=payload,
-                                        priority=priority, max_retries=max_retries,
-                                        run_at=run_at, delay_seconds=delay))
-    assert created
-    return job
-
-
 def test_enqueue_stores_a_pending_job(store, clock):
-    job = add(store, "pdf", priority=20, max_retries=5, payload='{"n":1}')
+    job = add_job(store, "pdf", priority=20, max_retries=5, payload='{"n":1}')
     assert (job.status, job.type, job.priority, job.max_retries) == (Status.PENDING, "pdf", 20, 5)
     assert (job.attempt, job.retry_count, job.worker_id) == (0, 0, None)
     assert job.payload == {"n": 1}
@@ -40,8 +30,8 @@ def test_enqueue_stores_a_pending_job(store, clock):
 
 
 def test_enqueue_with_delay_or_run_at_is_not_due_before_then(store, clock):
-    delayed = add(store, delay=10)
-    scheduled = add(store, run_at=clock.now + 20 * US)
+    delayed = add_job(store, delay=10)
+    scheduled = add_job(store, run_at=clock.now + 20 * US)
     assert delayed.run_at == clock.now + 10 * US
     assert store.claim("w", lease_seconds=60) is None
     clock.advance(10)
@@ -53,11 +43,11 @@ def test_enqueue_with_delay_or_run_at_is_not_due_before_then(store, clock):
 
 def test_claim_order_is_priority_then_run_at_then_id(store, clock):
     # A run_at in the past is stored as now (no backdating), so "earlier" is a nearer future.
-    low = add(store, priority=0)
-    high_a = add(store, priority=20, run_at=clock.now + 20 * US)
-    high_earlier = add(store, priority=20, run_at=clock.now + 10 * US)
-    critical_later = add(store, priority=30, run_at=clock.now + 90 * US)
-    high_b = add(store, priority=20, run_at=clock.now + 20 * US)
+    low = add_job(store, priority=0)
+    high_a = add_job(store, priority=20, run_at=clock.now + 20 * US)
+    high_earlier = add_job(store, priority=20, run_at=clock.now + 10 * US)
+    critical_later = add_job(store, priority=30, run_at=clock.now + 90 * US)
+    high_b = add_job(store, priority=20, run_at=clock.now + 20 * US)
     clock.advance(30)
     got = [store.claim("w", lease_seconds=60) for _ in range(5)]
     assert [j.id if j else None for j in got] == [high_earlier.id, high_a.id, high_b.id,
@@ -67,9 +57,9 @@ def test_claim_order_is_priority_then_run_at_then_id(store, clock):
 
 
 def test_claim_with_types_takes_only_those(store):
-    email = add(store, "email", priority=30)
-    pdf = add(store, "pdf")
-    sync = add(store, "sync")
+    email = add_job(store, "email", priority=30)
+    pdf = add_job(store, "pdf")
+    sync = add_job(store, "sync")
     assert store.claim("w", lease_seconds=60, types=["pdf", "sync"]).id == pdf.id
     assert store.claim("w", lease_seconds=60, types=["sync"]).id == sync.id
     assert store.claim("w", lease_seconds=60, types=["pdf"]) is None
@@ -77,7 +67,7 @@ def test_claim_with_types_takes_only_those(store):
 
 
 def test_claim_marks_the_job_running_and_opens_an_attempt(store, clock):
-    job = add(store)
+    job = add_job(store)
     clock.advance(1)
     got = store.claim("mailer-1", lease_seconds=30)
     assert (got.id, got.status, got.attempt, got.worker_id) == (job.id, Status.RUNNING, 1,
@@ -90,7 +80,7 @@ def test_claim_marks_the_job_running_and_opens_an_attempt(store, clock):
 
 
 def test_heartbeat_extends_the_lease(store, clock):
-    job = add(store)
+    job = add_job(store)
     store.claim("w", lease_seconds=30)
     clock.advance(20)
     beat = store.heartbeat(job.id, "w", 1, lease_seconds=30)
@@ -98,7 +88,7 @@ def test_heartbeat_extends_the_lease(store, clock):
 
 
 def test_complete_stores_the_result_and_closes_the_attempt(store, clock):
-    job = add(store)
+    job = add_job(store)
     store.claim("w", lease_seconds=30)
     clock.advance(5)
     done = store.complete(job.id, "w", 1, '{"ok":true}')
@@ -118,8 +108,8 @@ def test_worker_verbs_refuse_with_the_right_error(store, verb):
             return store.complete(job_id, worker, attempt)
         return store.fail(job_id, worker, attempt, "boom")
 
-    job = add(store, max_retries=0)
-    pending = add(store)
+    job = add_job(store, max_retries=0)
+    pending = add_job(store)
     with pytest.raises(JobNotFound):
         call(999_999, "w", 1)
     with pytest.raises(NotHolder):
@@ -137,7 +127,7 @@ def test_worker_verbs_refuse_with_the_right_error(store, verb):
 
 
 def test_fail_retries_after_backoff_then_fails_for_good(store, clock):
-    job = add(store, max_retries=2)
+    job = add_job(store, max_retries=2)
     for n, ceiling in ((1, 2), (2, 4)):  # RETRY_BACKOFF_SECONDS=2: 2 * 2^(n-1)
         claimed = store.claim("w", lease_seconds=30)
         assert claimed.attempt == n
@@ -158,8 +148,8 @@ def test_fail_retries_after_backoff_then_fails_for_good(store, clock):
 
 
 def test_fail_without_retry_and_with_retry_in(store, clock):
-    now_failed = add(store)
-    later = add(store)
+    now_failed = add_job(store)
+    later = add_job(store)
     store.claim("w", lease_seconds=30)
     assert store.fail(now_failed.id, "w", 1, "fatal", retry=False).status == Status.FAILED
     store.claim("w", lease_seconds=30)
@@ -168,8 +158,8 @@ def test_fail_without_retry_and_with_retry_in(store, clock):
 
 
 def test_cancel_only_pending_and_only_visible_jobs(store):
-    job = add(store, producer="billing")
-    other = add(store, producer="shop")
+    job = add_job(store, producer="billing")
+    other = add_job(store, producer="shop")
     with pytest.raises(JobNotFound):
         store.cancel(other.id, Scope(producer="billing"))
     with pytest.raises(JobNotFound):
@@ -185,11 +175,11 @@ def test_cancel_only_pending_and_only_visible_jobs(store):
 
 
 def test_retry_gives_fresh_retries_and_keeps_the_attempt_count(store, clock):
-    job = add(store, max_retries=0)
+    job = add_job(store, max_retries=0)
     store.claim("w", lease_seconds=30)
     store.fail(job.id, "w", 1, "boom")
     with pytest.raises(WrongState):
-        store.retry(add(store, "pdf").id)  # pending
+        store.retry(add_job(store, "pdf").id)  # pending
     with pytest.raises(JobNotFound):
         store.retry(999_999)
     clock.advance(3)
@@ -198,7 +188,7 @@ def test_retry_gives_fresh_retries_and_keeps_the_attempt_count(store, clock):
     assert again.run_at == clock.now and again.finished_at is None
     claimed = store.claim("w", lease_seconds=30, types=["email"])
     assert claimed.id == job.id and claimed.attempt == 2
-    cancelled = add(store)
+    cancelled = add_job(store)
     store.cancel(cancelled.id)
     assert store.retry(cancelled.id).status == Status.PENDING
 
@@ -217,7 +207,7 @@ def _walk(store: Store, limit: int, **filters: Any) -> list[int]:
 
 
 def test_list_jobs_pages_visit_every_job_once_newest_first(store):
-    ids = [add(store, ("email", "pdf")[i % 2], priority=(i % 3) * 10,
+    ids = [add_job(store, ("email", "pdf")[i % 2], priority=(i % 3) * 10,
                producer=("billing", "shop")[i % 4 == 0]).id for i in range(23)]
     for limit in (1, 5, 23, 50):
         assert _walk(store, limit) == ids[::-1]
@@ -231,7 +221,7 @@ def test_list_jobs_pages_visit_every_job_once_newest_first(store):
 
 
 def test_list_jobs_after_cursor_walks_back_to_newer(store):
-    ids = [add(store).id for _ in range(7)]
+    ids = [add_job(store).id for _ in range(7)]
     first = store.list_jobs(limit=3)
     second = store.list_jobs(limit=3, before=first.older)
     assert [j.id for j in second.jobs] == ids[3:0:-1] and second.newer == ids[3]
@@ -240,8 +230,8 @@ def test_list_jobs_after_cursor_walks_back_to_newer(store):
 
 
 def test_worker_scope_sees_jobs_it_holds_or_held(store):
-    held = add(store)
-    add(store)
+    held = add_job(store)
+    add_job(store)
     store.claim("w1", lease_seconds=30)
     store.fail(held.id, "w1", 1, "boom", retry_in=0)
     store.claim("w2", lease_seconds=30)  # the retried job goes to w2 (lower id, same due time)
@@ -299,8 +289,8 @@ def test_users_have_unique_names_and_only_a_password_hash(store):
 
 
 def test_purge_deletes_only_old_finished_jobs(store, clock):
-    done = add(store)
-    add(store, "pdf")  # stays pending
+    done = add_job(store)
+    add_job(store, "pdf")  # stays pending
     store.claim("w", lease_seconds=30, types=["email"])
     store.complete(done.id, "w", 1)
     assert store.purge(3600 * US) == 0
