@@ -53,7 +53,7 @@ def _install(app: Flask) -> None:
     """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
     from queuelog.server import auth, commands, errors, longpoll, metrics, retention, store, ui
     from queuelog.server.api import admin, audit, producer, read, types, worker
-    from queuelog.server.requests.check import JobIdConverter
+    from queuelog.server.requests.parse import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     app.json.sort_keys = False  # type: ignore[attr-defined]
     for part in (errors, store, metrics, auth, longpoll):

@@ -20,7 +20,7 @@ from queuelog.model.problems import Conflict
 from queuelog.server import actions, retention
 from queuelog.server.auth import KEY_ROLES, USER_ROLES, hash_password
 from queuelog.server.errors import is_unavailable, one_line
-from queuelog.server.requests.check import is_name
+from queuelog.server.requests.parse import is_name
 from queuelog.server.store import get_store
 
 
@@ -34,7 +34,7 @@ def parse_duration(text: str) -> int:
 
 def _create_app() -> Flask:
     from queuelog import create_app
-    from queuelog.server.config import ConfigError
+    from queuelog.model.problems import ConfigError
     try:
         return create_app(serving=False)
     except ConfigError as exc:  # one line that names the setting, not a traceback

@@ -11,9 +11,9 @@ from typing import Any
 from flask import Flask
 
 from queuelog.model.problems import ConfigError
-from queuelog.server.requests.check import is_name
+from queuelog.server.requests.parse import is_name
 
-__all__ = ["ConfigError", "DEFAULTS", "check", "load", "require_number"]
+__all__ = ["DEFAULTS", "check", "load", "require_number"]
 
 DEFAULTS: dict[str, Any] = {
     "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, multiproces
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
-from queuelog.server.config import ConfigError
+from queuelog.model.problems import ConfigError
 from queuelog.model.jobs import Status
 
 # Our own registry, not prometheus_client's global one: an app embedding queuelog keeps

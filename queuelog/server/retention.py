@@ -25,7 +25,8 @@ from typing import Any
 from flask import Flask, Response, g, has_request_context
 
 from queuelog.server.config import DEFAULTS as CONFIG_DEFAULTS
-from queuelog.server.config import ConfigError, require_number
+from queuelog.model.problems import ConfigError
+from queuelog.server.config import require_number
 from queuelog.server.errors import is_unavailable
 from queuelog.model.jobs import Status
 from queuelog.server.store import Store

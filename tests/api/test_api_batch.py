@@ -243,7 +243,7 @@ def test_a_malformed_batch_changes_nothing(client, admin, worker, store):
 
 def test_max_batch_must_be_a_positive_whole_number(tmp_path):
     from queuelog import create_app
-    from queuelog.server.config import ConfigError
+    from queuelog.model.problems import ConfigError
     with pytest.raises(ConfigError, match="MAX_BATCH"):
         create_app({"DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3", "MAX_BATCH": 0,
                     "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})

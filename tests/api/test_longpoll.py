@@ -15,7 +15,7 @@ import pytest
 from helpers import enqueue
 
 from queuelog.server import longpoll
-from queuelog.server.config import ConfigError
+from queuelog.model.problems import ConfigError
 from queuelog.server.longpoll import LongPolls
 from server_process import ROOT, free_port, make_keys, request
 

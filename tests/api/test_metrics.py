@@ -13,7 +13,7 @@ from sqlalchemy import insert
 
 from helpers import SQLITE_ONLY, problem
 from queuelog import create_app
-from queuelog.server.config import ConfigError
+from queuelog.model.problems import ConfigError
 from queuelog.server.store.tables import paused_types
 from server_process import Server, make_keys, request
 

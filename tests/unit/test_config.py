@@ -10,7 +10,7 @@ from helpers import basic, quick_hash
 from queuelog.server import bootstrap_admin
 from queuelog import create_app
 from queuelog.server import database_location
-from queuelog.server.config import ConfigError
+from queuelog.model.problems import ConfigError
 
 
 def build(tmp_path: Any, **config: Any) -> Any:

@@ -16,8 +16,7 @@ from flask import Flask, current_app, request
 from queuelog.model.problems import ValidationFailed
 from queuelog.server.requests.bodies import bodies, queries
 from queuelog.server.requests.explain import MAX_ERRORS, Explainer, FieldErrors
-from queuelog.server.requests.parse import (  # noqa: F401  (JobIdConverter, is_name: their old home)
-    OUT_OF_RANGE, JobIdConverter, is_name, is_timestamp, object_body)
+from queuelog.server.requests.parse import is_timestamp, object_body
 
 JSON = dict[str, Any]
 FORMATS = {"date-time": is_timestamp}
