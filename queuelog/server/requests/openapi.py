@@ -73,7 +73,7 @@ def _job_schemas() -> JSON:
     }
     job_props = {
         "id": _int(1, MAX_JOB_ID), "type": {"type": "string"},
-        "payload": {"type": "object"},
+        "payload": _ref("JobPayload"),
         "priority": {"type": "string", "enum": PRIORITIES},
         "status": {"type": "string", "enum": [s.value for s in Status]},
         "attempt": _int(0), "retry_count": _int(0), "max_retries": _int(0),
@@ -81,15 +81,22 @@ def _job_schemas() -> JSON:
                             "Shown only to the producer that set it and to admins."},
         "producer": {"type": "string"}, "worker_id": {"type": ["string", "null"]},
         "run_at": _ts(), "claimed_at": _ts(True), "lease_expires_at": _ts(True),
-        "result": {"type": ["object", "null"]}, "error": admin_only,
+        "result": {"anyOf": [_ref("JobResult"), {"type": "null"}]}, "error": admin_only,
         "created_at": _ts(), "updated_at": _ts(), "finished_at": _ts(True),
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
     }
+    required = tuple(k for k in job_props if k not in ("error", "attempts"))
+    # Every schema is named once, and JobWithHistory repeats Job's properties instead of an
+    # ``allOf`` of it: generators (openapi-python-client) name the inline models of an allOf
+    # after the parent, so Job's payload became a second "JobPayload" and the tool dropped
+    # Job and everything that refers to it.
     return {
-        "Job": _obj(job_props, tuple(k for k in job_props if k not in ("error", "attempts"))),
+        "Job": _obj(job_props, required),
+        "JobWithHistory": _obj(job_props, (*required, "attempts")),
         "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
-        "JobWithHistory": {"allOf": [_ref("Job")], "required": ["attempts"]},
+        "JobPayload": {"type": "object", "description": "The job's input, as enqueued."},
+        "JobResult": {"type": "object", "description": "What the worker reported on complete."},
     }
 
 
@@ -145,11 +152,14 @@ def _operating_schemas(config: Mapping[str, Any]) -> JSON:
     }
 
 
-def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None) -> JSON:
-    """A response with a JSON body, and headers if any."""
+def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None,
+          links: JSON | None = None) -> JSON:
+    """A response with a JSON body, and headers and links if any."""
     out: JSON = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
         out["headers"] = dict(headers)
+    if links:
+        out["links"] = links
     return out
 
 
@@ -193,13 +203,61 @@ def _body(name: str, required: bool = True) -> JSON:
     return {"required": required, "content": {"application/json": {"schema": _ref(name)}}}
 
 
+# Each operation's tag (one group per kind of caller or resource: generators make one module
+# per tag, Spectral's operation-tags asks for one). A new operation without a tag is a KeyError.
+TAGS: dict[str, tuple[str, str]] = {
+    "producer": ("Enqueue jobs, one or a batch (producer keys, admins).",
+                 ("enqueue", "enqueueBatch", "cancel", "bulkCancel")),
+    "worker": ("Claim jobs and answer for them (worker keys).",
+               ("claim", "heartbeat", "complete", "fail", "completeBatch", "failBatch")),
+    "jobs": ("Read jobs and their history (every role, each its own jobs).",
+             ("listJobs", "getJob")),
+    "admin": ("Repair: retry failed or cancelled jobs (admins).", ("retry", "bulkRetry")),
+    "types": ("Job types: counts, pause and resume, limits.",
+              ("listTypes", "pauseType", "resumeType", "setLimits", "clearLimits")),
+    "schedules": ("Recurring jobs: list, pause, resume, run now.",
+                  ("listSchedules", "pauseSchedule", "resumeSchedule", "runSchedule")),
+    "workers": ("The worker keys at work and the jobs they hold.", ("listWorkers",)),
+    "audit": ("Who changed what (admins).", ("listAudit",)),
+    "service": ("Health, metrics and this document.", ("health", "metrics", "openapi")),
+}
+TAG_OF = {op_id: tag for tag, (_, ops) in TAGS.items() for op_id in ops}
+
+
 def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
-        security: Any = ANY_AUTH, **extra: Any) -> JSON:
-    """One operation: its success responses plus problem+json for each error code."""
+        security: Any = ANY_AUTH, rules: str = "", **extra: Any) -> JSON:
+    """One operation: its tag, success responses plus problem+json for each error code."""
     if any("basic" in scheme for scheme in security):
         codes = (*codes, 429)  # the sign-in throttle answers any Basic request
-    return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
+    return {"operationId": op_id, "tags": [TAG_OF[op_id]], "summary": summary,
+            "description": f"Who: {roles}." + (f"\n\n{rules}" if rules else ""),
             "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
+
+
+def _links(*names: str) -> JSON:
+    """OpenAPI links from an answer that is a job (``id``, ``attempt``) to what comes next.
+
+    They let a stateful tester (schemathesis) and a reader follow one job: enqueue, then
+    claim, then heartbeat, complete or fail with the claimed job's id and attempt.
+    """
+    job_id = {"id": "$response.body#/id"}
+    fenced = {"attempt": "$response.body#/attempt"}
+    every = {
+        "GetJob": {"operationId": "getJob", "parameters": job_id,
+                   "description": "The job, with its history."},
+        "CancelJob": {"operationId": "cancel", "parameters": job_id,
+                      "description": "Cancel it while it is pending."},
+        "ClaimJob": {"operationId": "claim", "description":
+                     "A worker claims the best due job (this one, when it is the only one)."},
+        "HeartbeatJob": {"operationId": "heartbeat", "parameters": job_id,
+                         "requestBody": fenced, "description": "Extend the lease."},
+        "CompleteJob": {"operationId": "complete", "parameters": job_id,
+                        "requestBody": fenced, "description": "Complete this attempt."},
+        "FailJob": {"operationId": "fail", "parameters": job_id,
+                    "requestBody": {**fenced, "error": "failed by a link"},
+                    "description": "Fail this attempt."},
+    }
+    return {name: every[name] for name in names}
 
 
 JOB_ID = {"name": "id", "in": "path", "required": True, "schema": _int(1, MAX_JOB_ID)}
@@ -220,11 +278,33 @@ def _query(declared: JSON) -> list[JSON]:
     return out
 
 
+FENCED = ("Fenced: `attempt` must be the attempt this worker holds now; a stale attempt, or "
+          "a job it does not hold, is a 409 that changes nothing.")
+IDEMPOTENT = (
+    "Idempotency: with `idempotency_key` (or the `Idempotency-Key` header; the two must agree, "
+    "else 422), the same producer sending the same request again (`type`, `payload`, "
+    "`priority`, `max_retries`, `run_at` or `delay_seconds`; an omitted field equals its "
+    "default) gets 200, `Idempotent-Replayed: true` and the job made the first time. The "
+    "same key with a different request is a 422 whose problem type ends in "
+    "`idempotency-key-mismatch`. Keys are scoped to the producer.")
+BATCH = (
+    "All or nothing: every item is checked as `POST /jobs` checks it before anything is "
+    "written; an item that alone would be refused fails the whole request (422 over 403), "
+    "each error naming its item (`jobs[3].priority`). Jobs come back in request order. An "
+    "item's `idempotency_key` works as on `POST /jobs` (replays are listed in `replayed`); "
+    "one key twice in a batch, or an `Idempotency-Key` header, is a 422.")
+PER_ITEM = (
+    "The same job id twice in one request is a 422 (JSON Schema cannot state uniqueness by "
+    "a property). Then each item is fenced on its own as the single route fences it; a "
+    "refused item changes nothing and does not stop the others.")
+
+
 def _verb(op_id: str, summary: str, roles: str, body: str | None,
-          security: Any = BEARER) -> JSON:
+          security: Any = BEARER, rules: str = "", links: JSON | None = None) -> JSON:
     """POST /jobs/{id}/<verb>: a job transition answering the job."""
-    return {"post": _op(op_id, summary, roles, {"200": _json(_ref("Job"), "The job.")},
-                        *JOB_VERB, security=security, parameters=[JOB_ID],
+    return {"post": _op(op_id, summary, roles,
+                        {"200": _json(_ref("Job"), "The job.", links=links)},
+                        *JOB_VERB, security=security, parameters=[JOB_ID], rules=rules,
                         requestBody=_body(body or "Empty", required=body is not None))}
 
 
@@ -242,11 +322,12 @@ def _job_paths(list_params: list[JSON]) -> JSON:
     key_header = {"name": "Idempotency-Key", "in": "header", "schema": {
         "type": "string", "pattern": KEY_HEADER}, "description":
         "The idempotency key, bare or as a structured-field string; must agree with the body's."}
+    follow = _links("GetJob", "CancelJob", "ClaimJob")
     enqueued = {
-        "201": _json(job, "Created.", {"Location": location}),
+        "201": _json(job, "Created.", {"Location": location}, follow),
         "200": _json(job, "An idempotent replay: the job created the first time.", {
             "Location": location,
-            "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
+            "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}, follow),
     }
     batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
              "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
@@ -254,7 +335,8 @@ def _job_paths(list_params: list[JSON]) -> JSON:
     return {
         "/jobs": {
             "post": _op("enqueue", "Enqueue a job", producers, enqueued, *WRITE, 409, 422,
-                        parameters=[key_header], requestBody=_body("NewJob")),
+                        rules=IDEMPOTENT, parameters=[key_header],
+                        requestBody=_body("NewJob")),
             "get": _op("listJobs", "List jobs, newest first", READERS,
                        {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
                        parameters=list_params),
@@ -263,7 +345,7 @@ def _job_paths(list_params: list[JSON]) -> JSON:
                                   {"200": _json(_ref("JobWithHistory"), "The job.")},
                                   401, 403, 404, parameters=[JOB_ID])},
         "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
-                                    producers, batch, *WRITE, 409, 422,
+                                    producers, batch, *WRITE, 409, 422, rules=BATCH,
                                     requestBody=_body("NewJobBatch"))},
         "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
                                    None, security=ANY_AUTH),
@@ -276,7 +358,8 @@ def _worker_paths() -> JSON:
     """Claim, heartbeat, complete and fail: one job or a batch."""
     job = _ref("Job")
     claimed = {"200": _json({"anyOf": [job, _ref("JobList")]}, "The claimed job, now running; "
-                            "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty)."),
+                            "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty).",
+                            links=_links("HeartbeatJob", "CompleteJob", "FailJob", "GetJob")),
                "204": {"description": "No job came due within `wait` (without `max_jobs`); with "
                               "`Retry-After: 1` when no long-poll slot was free (it did not "
                               "wait).",
@@ -290,15 +373,18 @@ def _worker_paths() -> JSON:
                                     requestBody=_body("ClaimRequest", required=False))},
         "/jobs/complete": {"post": _op("completeBatch", "Complete many held jobs", "worker",
                                        per_item, *WRITE, 422, security=BEARER,
-                                       requestBody=_body("CompleteBatch"))},
+                                       rules=PER_ITEM, requestBody=_body("CompleteBatch"))},
         "/jobs/fail": {"post": _op("failBatch", "Fail many held attempts", "worker", per_item,
-                                   *WRITE, 422, security=BEARER,
+                                   *WRITE, 422, security=BEARER, rules=PER_ITEM,
                                    requestBody=_body("FailBatch"))},
         "/jobs/{id}/heartbeat": _verb("heartbeat", "Extend the lease", WORKER,
-                                      "HeartbeatRequest"),
+                                      "HeartbeatRequest", rules=FENCED,
+                                      links=_links("CompleteJob", "FailJob")),
         "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
-                                     "CompleteRequest"),
-        "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest"),
+                                     "CompleteRequest", rules=FENCED,
+                                     links=_links("GetJob")),
+        "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest",
+                                 rules=FENCED, links=_links("GetJob")),
     }
 
 
@@ -353,7 +439,12 @@ def document(config: Mapping[str, Any]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "queuelog", "version": "0.1.0", "description": (
             "A persistent background job queue. Every error is application/problem+json "
-            "(RFC 9457) whose `status` equals the HTTP status.")},
+            "(RFC 9457) whose `status` equals the HTTP status."),
+            "contact": {"name": "queuelog maintainers"}},
+        # Relative: the API is at the root of whichever server answered this document (one
+        # document serves every host name and port the server is reached by).
+        "servers": [{"url": "/", "description": "The server that serves this document."}],
+        "tags": [{"name": tag, "description": text} for tag, (text, _) in TAGS.items()],
         "paths": _paths(config),
         "components": {
             "schemas": _schemas(config),
