@@ -68,14 +68,13 @@ def _job_schemas() -> JSON:
     attempt_props = {
         "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
         "finished_at": _ts(nullable=True),
-        "outcome": {"type": "string", "enum": [o.value for o in Outcome]},
+        "outcome": _ref("Outcome"),
         "error": admin_only,
     }
     job_props = {
         "id": _int(1, MAX_JOB_ID), "type": {"type": "string"},
         "payload": _ref("JobPayload"),
-        "priority": {"type": "string", "enum": PRIORITIES},
-        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "priority": _ref("Priority"), "status": _ref("Status"),
         "attempt": _int(0), "retry_count": _int(0), "max_retries": _int(0),
         "idempotency_key": {"type": ["string", "null"], "description":
                             "Shown only to the producer that set it and to admins."},
@@ -97,6 +96,9 @@ def _job_schemas() -> JSON:
         "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
         "JobPayload": {"type": "object", "description": "The job's input, as enqueued."},
         "JobResult": {"type": "object", "description": "What the worker reported on complete."},
+        "Priority": {"type": "string", "enum": PRIORITIES},
+        "Status": {"type": "string", "enum": [s.value for s in Status]},
+        "Outcome": {"type": "string", "enum": [o.value for o in Outcome]},
     }
 
 
