@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 document of the JSON API. Request bodies and query strings are the
 declarations the views check (``bodies.py``), published as they are; responses are
-described here.
+described here, and the words (tags, rules, links) in ``openapi_text.py``. Every schema is
+named once: code generators (openapi-python-client) drop models whose names collide.
 
 It is exact in both directions on purpose: the schemathesis test sends data the document
 calls valid and expects it accepted, and data it calls invalid and expects a 4xx.
@@ -11,8 +12,16 @@ from typing import Any, Mapping
 
 from queuelog.model.jobs import Outcome, Status
 from queuelog.server.requests.bodies import MAX_JOB_ID, PRIORITIES, bodies, queries
-from queuelog.server.requests.openapi_text import (BATCH, ERRORS, FENCED, IDEMPOTENT, PER_ITEM,
-                                                   TAG_OF, TAGS, links as _links)
+from queuelog.server.requests.openapi_text import (
+    BATCH,
+    ERRORS,
+    FENCED,
+    IDEMPOTENT,
+    PER_ITEM,
+    TAG_OF,
+    TAGS,
+)
+from queuelog.server.requests.openapi_text import links as _links
 
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 # The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
