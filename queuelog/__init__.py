@@ -7,10 +7,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from flask import Flask
 
-try:
-    __version__ = version("queuelog")
-except PackageNotFoundError:  # a source tree that was never installed
-    __version__ = "0+unknown"
+
+def _version() -> str:
+    """The installed version: the full package's, else the client-only one's (client/)."""
+    for dist in ("queuelog", "queuelog-client"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "0+unknown"  # a source tree that was never installed
+
+
+__version__ = _version()
 
 
 def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = True) -> Flask:

@@ -8,11 +8,17 @@ the two alike).
 """
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 import click
 
+from queuelog import __version__
 from queuelog.worker.command import work
+
+# What a client-only install (client/pyproject.toml: queuelog-client) says of a server command.
+NEEDS_SERVER = ("the full queuelog package (pip install . in the source tree); this is the "
+                "client-only install (queuelog-client), without the server")
 
 # name -> the first line of its help: ``queuelog --help`` lists them without the server.
 SERVER_COMMANDS: dict[str, str] = {
@@ -36,6 +42,15 @@ def short_help(name: str, limit: int) -> str:
     return main.commands[name].get_short_help_str(limit)
 
 
+def server_installed() -> bool:
+    """True when the server is installed beside the client (the full package, not the client's).
+
+    ``find_spec`` finds without importing, so ``--help`` stays free of Flask either way.
+    """
+    return all(importlib.util.find_spec(name) is not None
+               for name in ("queuelog.server", "flask", "sqlalchemy"))
+
+
 class QueuelogGroup(click.Group):
     """A click group whose server commands are imported when one of them is resolved.
 
@@ -52,6 +67,8 @@ class QueuelogGroup(click.Group):
         """The command; a server command imports the server and binds the app loader."""
         if cmd_name in self.commands or cmd_name not in SERVER_COMMANDS:
             return self.commands.get(cmd_name)
+        if not server_installed():
+            raise click.ClickException(f"`queuelog {cmd_name}` needs {NEEDS_SERVER}.")
         from queuelog.server import commands
         commands.bind(ctx)
         return commands.server.commands.get(cmd_name)
@@ -60,8 +77,15 @@ class QueuelogGroup(click.Group):
         """The command list of ``--help``, the server's from ``SERVER_COMMANDS``."""
         limit = formatter.width - 6 - max(len(name) for name in self.list_commands(ctx))
         rows = [(name, short_help(name, limit)) for name in self.list_commands(ctx)]
+        if server_installed():
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+            return
         with formatter.section("Commands"):
-            formatter.write_dl(rows)
+            formatter.write_dl([row for row in rows if row[0] not in SERVER_COMMANDS])
+        with formatter.section("Server commands"):
+            formatter.write_text(f"These need {NEEDS_SERVER}:")
+            formatter.write_dl([row for row in rows if row[0] in SERVER_COMMANDS])
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; a database that does not answer is one line and exit 1."""
@@ -80,7 +104,7 @@ class QueuelogGroup(click.Group):
 
 @click.group("queuelog", cls=QueuelogGroup,
              help="queuelog: a persistent job queue with an HTTP API and a dashboard.")
-@click.version_option(package_name="queuelog", prog_name="queuelog")
+@click.version_option(__version__, prog_name="queuelog")
 def main() -> None:
     """The console script's entry point."""
 

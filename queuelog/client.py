@@ -11,6 +11,7 @@ import threading
 import time
 from datetime import datetime
 from typing import Any, Iterator
+from urllib.parse import quote
 
 import httpx
 
@@ -185,15 +186,99 @@ class Client:
 
     def list(self, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every job the key may see (``status``, ``type``, ``priority``, ``limit`` per page)."""
+        return self._pages("jobs", "jobs", filters)
+
+    # -- repair: cancel and retry (a producer cancels its own jobs; admins do both) ----------
+
+    def cancel(self, job: int | dict[str, Any]) -> dict[str, Any]:
+        """Cancel a pending job (an id or a job); 409 once it is claimed."""
+        return self._request("POST", f"jobs/{_id(job)}/cancel")
+
+    def retry(self, job: int | dict[str, Any]) -> dict[str, Any]:
+        """Admin: send a failed or cancelled job back to pending, with fresh retries."""
+        return self._request("POST", f"jobs/{_id(job)}/retry")
+
+    def cancel_many(self, ids: list[int] | None = None, *,
+                    filter: dict[str, Any] | None = None) -> int:
+        """Cancel the pending jobs named by ``ids`` or matched by ``filter``; how many changed."""
+        return int(self._request("POST", "jobs/cancel", _bulk(ids, filter))["count"])
+
+    def retry_many(self, ids: list[int] | None = None, *,
+                   filter: dict[str, Any] | None = None) -> int:
+        """Admin: retry the failed or cancelled jobs named or matched; how many changed."""
+        return int(self._request("POST", "jobs/retry", _bulk(ids, filter))["count"])
+
+    # -- operating: job types, limits, schedules, workers, audit -----------------------------
+
+    def types(self) -> list[dict[str, Any]]:
+        """Every configured job type: paused, counts, oldest pending age, last hour."""
+        return list(self._request("GET", "types")["types"])
+
+    def pause(self, type: str) -> dict[str, Any]:
+        """Admin: pause a job type (no claim returns it; enqueues still succeed)."""
+        return self._request("POST", f"types/{_seg(type)}/pause")
+
+    def resume(self, type: str) -> dict[str, Any]:
+        """Admin: resume a paused job type."""
+        return self._request("POST", f"types/{_seg(type)}/resume")
+
+    def set_limits(self, type: str, **limits: Any) -> dict[str, Any]:
+        """Admin: change ``concurrency``, ``rate`` or ``burst`` (``None`` removes that limit)."""
+        return self._request("PUT", f"types/{_seg(type)}/limits", dict(limits))
+
+    def clear_limits(self, type: str) -> dict[str, Any]:
+        """Admin: back to the limits configured in ``JOB_TYPES``."""
+        return self._request("DELETE", f"types/{_seg(type)}/limits")
+
+    def schedules(self) -> list[dict[str, Any]]:
+        """Every schedule: cron, timezone, type, paused, next and last run, last job."""
+        return list(self._request("GET", "schedules")["schedules"])
+
+    def pause_schedule(self, name: str) -> dict[str, Any]:
+        """Admin: pause a schedule (its ticks are skipped until it is resumed)."""
+        return self._request("POST", f"schedules/{_seg(name)}/pause")
+
+    def resume_schedule(self, name: str) -> dict[str, Any]:
+        """Admin: resume a paused schedule."""
+        return self._request("POST", f"schedules/{_seg(name)}/resume")
+
+    def run_schedule(self, name: str) -> dict[str, Any]:
+        """Admin: enqueue one job of the schedule now, outside its ticks; the job."""
+        return self._request("POST", f"schedules/{_seg(name)}/run")
+
+    def workers(self) -> list[dict[str, Any]]:
+        """The worker keys that claimed in the last 24 hours or hold a job now."""
+        return list(self._request("GET", "workers")["workers"])
+
+    def audit(self, **filters: Any) -> Iterator[dict[str, Any]]:
+        """Admin: every audit event (``action``, ``actor``, ``limit`` per page), newest first."""
+        return self._pages("audit", "events", filters)
+
+    # -- service -----------------------------------------------------------------------------
+
+    def healthz(self) -> dict[str, Any]:
+        """``{"status": "ok"}``; a ProblemError (503) when the database does not answer."""
+        return self._request("GET", "healthz")
+
+    def metrics(self) -> str:
+        """The Prometheus text exposition (admin and metrics keys)."""
+        return self._send("GET", "metrics").text
+
+    def openapi(self) -> dict[str, Any]:
+        """The server's OpenAPI 3.1 document."""
+        return self._request("GET", "openapi.json")
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _pages(self, path: str, field: str, filters: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """Every item of a paged list (``next_cursor``), fetched a page at a time."""
         params = {k: v for k, v in filters.items() if v is not None}
         while True:
-            page = self._request("GET", "jobs", params=params)
-            yield from page["jobs"]
+            page = self._request("GET", path, params=params)
+            yield from page[field]
             if not page.get("next_cursor"):
                 return
             params["cursor"] = page["next_cursor"]
-
-    # -- plumbing ----------------------------------------------------------------------------
 
     def _answer(self, job: dict[str, Any], verb: str, body: dict[str, Any],
                 outcome: str | None) -> dict[str, Any]:
@@ -238,6 +323,19 @@ class Client:
                  params: dict[str, Any] | None = None,
                  timeout: httpx.Timeout | None = None) -> Any:
         """One request; the decoded JSON answer (None for 204), or an exception."""
+        resp = self._send(method, path, body, params=params, timeout=timeout)
+        if resp.status_code == 204:
+            return None
+        try:
+            return resp.json()
+        except ValueError:
+            raise ClientError(f"{self.url}: the answer to {method} /{path} is not JSON; "
+                              "is this a queuelog server?") from None
+
+    def _send(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+              params: dict[str, Any] | None = None,
+              timeout: httpx.Timeout | None = None) -> httpx.Response:
+        """One request; the 2xx response, or an exception (ProblemError, Unreachable)."""
         extra: dict[str, Any] = {}
         if timeout is not None:
             extra["timeout"] = timeout
@@ -247,15 +345,26 @@ class Client:
             raise Unreachable(f"{self.url}: {type(exc).__name__}: {exc}") from exc
         except RuntimeError as exc:  # the client was closed by another thread
             raise Unreachable(f"{self.url}: {exc}") from exc
-        if resp.status_code == 204:
-            return None
-        if resp.is_success:
-            try:
-                return resp.json()
-            except ValueError:
-                raise ClientError(f"{self.url}: the answer to {method} /{path} is not JSON; "
-                                  "is this a queuelog server?") from None
-        raise _problem(resp)
+        if not resp.is_success:
+            raise _problem(resp)
+        return resp
+
+
+def _id(job: int | dict[str, Any]) -> int:
+    """A job's id, from the job or the id itself."""
+    return int(job["id"] if isinstance(job, dict) else job)
+
+
+def _seg(name: str) -> str:
+    """A name as one URL path segment (a ``/`` or ``?`` in it cannot reach another route)."""
+    return quote(name, safe="")
+
+
+def _bulk(ids: list[int] | None, filter: dict[str, Any] | None) -> dict[str, Any]:
+    """The body of a bulk cancel or retry: exactly one of ids and filter (``{}``: every job)."""
+    if (ids is None) == (filter is None):
+        raise TypeError("give ids or filter (filter={} matches every job), not both")
+    return {"ids": [int(i) for i in ids]} if ids is not None else {"filter": dict(filter or {})}
 
 
 def _attempt_outcome(job: dict[str, Any], attempt: int) -> str | None:

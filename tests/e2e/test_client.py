@@ -299,3 +299,119 @@ def test_batches_enqueue_claim_complete_and_fail(connect, producer, worker, batc
                          + [{"id": got[0]["id"], "attempt": 1, "error": "late"}])
     assert [r["status"] for r in failed] == [200, 200, 409]
     assert failed[-1]["type"].endswith("wrong-state")
+
+
+# -- one method per API call: repair, operating, service -------------------------------------
+
+def test_cancel_and_retry_one_job(connect, producer, admin):
+    p, a = connect(producer), connect(admin)
+    job = p.enqueue("email")
+    cancelled = p.cancel(job)
+    assert cancelled["status"] == "cancelled" and cancelled["id"] == job["id"]
+    with pytest.raises(ProblemError) as again:
+        p.cancel(job["id"])
+    assert again.value.status == 409
+    retried = a.retry(job["id"])
+    assert retried["status"] == "pending" and retried["retry_count"] == 0
+    with pytest.raises(ProblemError) as refused:  # retry is an admin's
+        p.retry(job)
+    assert refused.value.status == 403
+
+
+def test_cancel_many_and_retry_many_by_ids_and_by_filter(connect, producer, admin):
+    p, a = connect(producer), connect(admin)
+    mails = [p.enqueue("email")["id"] for _ in range(3)]
+    pdf = p.enqueue("pdf")["id"]
+    assert p.cancel_many(mails[:2]) == 2
+    assert a.cancel_many(filter={"type": "email"}) == 1      # the third mail, not the pdf
+    assert a.get(pdf)["status"] == "pending"
+    assert a.retry_many(filter={"status": "cancelled", "type": "email"}) == 3
+    assert a.cancel_many(filter={}) == 4                       # {}: every pending job
+    assert a.retry_many([pdf]) == 1
+    with pytest.raises(TypeError):
+        a.cancel_many()                                        # neither: not "all" by mistake
+    with pytest.raises(TypeError):
+        a.retry_many([pdf], filter={})
+
+
+def test_types_pause_and_resume(connect, producer, worker, admin):
+    a, w = connect(admin), connect(worker)
+    assert [t["name"] for t in a.types()] == ["email", "pdf", "sync"]
+    connect(producer).enqueue("email")
+    paused = a.pause("email")
+    assert paused["name"] == "email" and paused["paused"] is True
+    assert w.claim() is None                                   # a paused type is not claimed
+    assert a.resume("email")["paused"] is False
+    assert w.claim()["type"] == "email"
+    assert {t["name"]: t["counts"]["running"] for t in a.types()}["email"] == 1
+    with pytest.raises(ProblemError) as missing:
+        a.pause("fax/../pdf")                                  # one path segment, quoted
+    assert missing.value.status == 404
+
+
+def test_audit_walks_every_page_with_filters(connect, producer, admin):
+    a = connect(admin)
+    for name in ("email", "pdf", "sync"):
+        a.pause(name)
+        a.resume(name)
+    events = list(a.audit(limit=2))
+    assert [e["action"] for e in events] == ["type.resume", "type.pause"] * 3  # newest first
+    assert [e["target"] for e in a.audit(action="type.pause")] == ["sync", "pdf", "email"]
+    assert list(a.audit(actor="nobody")) == []
+    with pytest.raises(ProblemError) as refused:
+        list(connect(producer).audit())
+    assert refused.value.status == 403
+
+
+def test_healthz_metrics_and_the_document(connect, admin, make_key):
+    a = connect(admin)
+    assert a.healthz() == {"status": "ok"}
+    assert "queuelog_jobs{" in connect(make_key("prom", "metrics")).metrics()
+    assert a.openapi()["openapi"].startswith("3.1")
+
+
+def test_every_public_method_has_a_one_line_docstring():
+    public = [name for name in vars(Client) if not name.startswith("_")]
+    assert {"cancel", "retry", "cancel_many", "retry_many", "types", "pause", "resume",
+            "set_limits", "clear_limits", "schedules", "pause_schedule", "resume_schedule",
+            "run_schedule", "workers", "audit", "healthz", "metrics", "openapi"} <= set(public)
+    assert [n for n in public if not (getattr(Client, n).__doc__ or "").strip()] == []
+
+
+# -- LANDS WITH g2/g3/g4: the client methods of endpoints built in parallel ------------------
+# Written from CONTRACT.md; unmark (remove LANDS_WITH_OTHERS) once limits (g3), schedules
+# (g4) and workers (g2) are merged.
+LANDS_WITH_OTHERS = pytest.mark.xfail(reason="endpoint lands with g3/g4/g2", strict=False)
+
+
+@LANDS_WITH_OTHERS
+class TestEndpointsLandingWithOthers:
+    """set_limits / clear_limits (g3), schedules (g4), workers (g2)."""
+
+    @pytest.fixture
+    def config(self) -> dict[str, Any]:
+        """A type with a configured limit, and one schedule."""
+        return {"JOB_TYPES": {"email": {"concurrency": 2}, "pdf": {}, "sync": {}},
+                "SCHEDULES": {"nightly": {"cron": "0 3 * * *", "type": "pdf"}}}
+
+    def test_set_limits_and_clear_limits(self, connect, admin):
+        a = connect(admin)
+        changed = a.set_limits("email", concurrency=3, rate="10/s", burst=20)
+        assert (changed["concurrency"], changed["rate"], changed["burst"]) == (3, "10/s", 20)
+        assert a.set_limits("email", rate=None)["rate"] is None     # None removes that limit
+        assert a.clear_limits("email")["concurrency"] == 2          # back to JOB_TYPES
+
+    def test_schedules_pause_resume_and_run(self, connect, admin):
+        a = connect(admin)
+        assert [s["name"] for s in a.schedules()] == ["nightly"]
+        assert a.pause_schedule("nightly")["paused"] is True
+        assert a.resume_schedule("nightly")["paused"] is False
+        job = a.run_schedule("nightly")
+        assert job["schedule"] == "nightly" and job["type"] == "pdf"
+
+    def test_workers(self, connect, producer, worker, admin):
+        connect(producer).enqueue("email")
+        held = connect(worker).claim()
+        (entry,) = connect(admin).workers()
+        assert entry["name"] == "mailer-1"
+        assert [r["id"] for r in entry["running"]] == [held["id"]]

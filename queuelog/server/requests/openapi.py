@@ -1,6 +1,7 @@
 """The OpenAPI 3.1 document of the JSON API. Request bodies and query strings are the
 declarations the views check (``bodies.py``), published as they are; responses are
-described here.
+described here, and the words (tags, rules, links) in ``openapi_text.py``. Every schema is
+named once: code generators (openapi-python-client) drop models whose names collide.
 
 It is exact in both directions on purpose: the schemathesis test sends data the document
 calls valid and expects it accepted, and data it calls invalid and expects a 4xx.
@@ -11,6 +12,16 @@ from typing import Any, Mapping
 
 from queuelog.model.jobs import Outcome, Status
 from queuelog.server.requests.bodies import MAX_JOB_ID, PRIORITIES, bodies, queries
+from queuelog.server.requests.openapi_text import (
+    BATCH,
+    ERRORS,
+    FENCED,
+    IDEMPOTENT,
+    PER_ITEM,
+    TAG_OF,
+    TAGS,
+)
+from queuelog.server.requests.openapi_text import links as _links
 
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 # The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
@@ -68,28 +79,37 @@ def _job_schemas() -> JSON:
     attempt_props = {
         "attempt": _int(1), "worker_id": {"type": "string"}, "started_at": _ts(),
         "finished_at": _ts(nullable=True),
-        "outcome": {"type": "string", "enum": [o.value for o in Outcome]},
+        "outcome": _ref("Outcome"),
         "error": admin_only,
     }
     job_props = {
         "id": _int(1, MAX_JOB_ID), "type": {"type": "string"},
-        "payload": {"type": "object"},
-        "priority": {"type": "string", "enum": PRIORITIES},
-        "status": {"type": "string", "enum": [s.value for s in Status]},
+        "payload": _ref("JobPayload"),
+        "priority": _ref("Priority"), "status": _ref("Status"),
         "attempt": _int(0), "retry_count": _int(0), "max_retries": _int(0),
         "idempotency_key": {"type": ["string", "null"], "description":
                             "Shown only to the producer that set it and to admins."},
         "producer": {"type": "string"}, "worker_id": {"type": ["string", "null"]},
         "run_at": _ts(), "claimed_at": _ts(True), "lease_expires_at": _ts(True),
-        "result": {"type": ["object", "null"]}, "error": admin_only,
+        "result": {"anyOf": [_ref("JobResult"), {"type": "null"}]}, "error": admin_only,
         "created_at": _ts(), "updated_at": _ts(), "finished_at": _ts(True),
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
     }
+    required = tuple(k for k in job_props if k not in ("error", "attempts"))
+    # Every schema is named once, and JobWithHistory repeats Job's properties instead of an
+    # ``allOf`` of it: generators (openapi-python-client) name the inline models of an allOf
+    # after the parent, so Job's payload became a second "JobPayload" and the tool dropped
+    # Job and everything that refers to it.
     return {
-        "Job": _obj(job_props, tuple(k for k in job_props if k not in ("error", "attempts"))),
+        "Job": _obj(job_props, required),
+        "JobWithHistory": _obj(job_props, (*required, "attempts")),
         "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
-        "JobWithHistory": {"allOf": [_ref("Job")], "required": ["attempts"]},
+        "JobPayload": {"type": "object", "description": "The job's input, as enqueued."},
+        "JobResult": {"type": "object", "description": "What the worker reported on complete."},
+        "Priority": {"type": "string", "enum": PRIORITIES},
+        "Status": {"type": "string", "enum": [s.value for s in Status]},
+        "Outcome": {"type": "string", "enum": [o.value for o in Outcome]},
     }
 
 
@@ -145,34 +165,20 @@ def _operating_schemas(config: Mapping[str, Any]) -> JSON:
     }
 
 
-def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None) -> JSON:
-    """A response with a JSON body, and headers if any."""
+def _json(schema: JSON, description: str, headers: Mapping[str, JSON] | None = None,
+          links: JSON | None = None) -> JSON:
+    """A response with a JSON body, and headers and links if any."""
     out: JSON = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
         out["headers"] = dict(headers)
+    if links:
+        out["links"] = links
     return out
 
 
 def _header(description: str, schema: JSON | None = None) -> JSON:
     """A response header that is always sent."""
     return {"description": description, "required": True, "schema": schema or {"type": "string"}}
-
-
-ERRORS = {
-    400: "Malformed JSON, JSON that is not strict RFC 8259, nested too deep, or not an object.",
-    401: "No or bad credentials.",
-    403: "Authenticated, but this role or key may not do this.",
-    404: "No such job, or not visible to the caller.",
-    409: "Wrong state, not held by this worker, a stale attempt, or (enqueue) an idempotency "
-         "key whose race could not be settled: try again.",
-    413: "Body over MAX_CONTENT_LENGTH.",
-    415: "The body is not application/json (required with HTTP Basic).",
-    422: "A field fails validation; see `errors`.",
-    429: "HTTP Basic: 10 failed sign-ins within a minute for this username from this address "
-         "(or too many password checks at once); no password is checked until Retry-After.",
-    503: "The database does not answer or dropped the connection (the outcome of a write may "
-         "be unknown): retry after `Retry-After` seconds, with the same idempotency key.",
-}
 
 
 def _problems(*codes: int) -> JSON:
@@ -194,11 +200,12 @@ def _body(name: str, required: bool = True) -> JSON:
 
 
 def _op(op_id: str, summary: str, roles: str, responses: JSON, *codes: int,
-        security: Any = ANY_AUTH, **extra: Any) -> JSON:
-    """One operation: its success responses plus problem+json for each error code."""
+        security: Any = ANY_AUTH, rules: str = "", **extra: Any) -> JSON:
+    """One operation: its tag, success responses plus problem+json for each error code."""
     if any("basic" in scheme for scheme in security):
         codes = (*codes, 429)  # the sign-in throttle answers any Basic request
-    return {"operationId": op_id, "summary": summary, "description": f"Who: {roles}.",
+    return {"operationId": op_id, "tags": [TAG_OF[op_id]], "summary": summary,
+            "description": f"Who: {roles}." + (f"\n\n{rules}" if rules else ""),
             "security": security, "responses": {**responses, **_problems(*codes, 503)}, **extra}
 
 
@@ -221,10 +228,11 @@ def _query(declared: JSON) -> list[JSON]:
 
 
 def _verb(op_id: str, summary: str, roles: str, body: str | None,
-          security: Any = BEARER) -> JSON:
+          security: Any = BEARER, rules: str = "", links: JSON | None = None) -> JSON:
     """POST /jobs/{id}/<verb>: a job transition answering the job."""
-    return {"post": _op(op_id, summary, roles, {"200": _json(_ref("Job"), "The job.")},
-                        *JOB_VERB, security=security, parameters=[JOB_ID],
+    return {"post": _op(op_id, summary, roles,
+                        {"200": _json(_ref("Job"), "The job.", links=links)},
+                        *JOB_VERB, security=security, parameters=[JOB_ID], rules=rules,
                         requestBody=_body(body or "Empty", required=body is not None))}
 
 
@@ -242,11 +250,12 @@ def _job_paths(list_params: list[JSON]) -> JSON:
     key_header = {"name": "Idempotency-Key", "in": "header", "schema": {
         "type": "string", "pattern": KEY_HEADER}, "description":
         "The idempotency key, bare or as a structured-field string; must agree with the body's."}
+    follow = _links("GetJob", "CancelJob", "ClaimJob")
     enqueued = {
-        "201": _json(job, "Created.", {"Location": location}),
+        "201": _json(job, "Created.", {"Location": location}, follow),
         "200": _json(job, "An idempotent replay: the job created the first time.", {
             "Location": location,
-            "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}),
+            "Idempotent-Replayed": _header("Always `true`.", {"const": "true"})}, follow),
     }
     batch = {"201": _json(_ref("Enqueued"), "Created (some items may be replays)."),
              "200": _json(_ref("Enqueued"), "Every item was an idempotent replay.")}
@@ -254,7 +263,8 @@ def _job_paths(list_params: list[JSON]) -> JSON:
     return {
         "/jobs": {
             "post": _op("enqueue", "Enqueue a job", producers, enqueued, *WRITE, 409, 422,
-                        parameters=[key_header], requestBody=_body("NewJob")),
+                        rules=IDEMPOTENT, parameters=[key_header],
+                        requestBody=_body("NewJob")),
             "get": _op("listJobs", "List jobs, newest first", READERS,
                        {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
                        parameters=list_params),
@@ -263,7 +273,7 @@ def _job_paths(list_params: list[JSON]) -> JSON:
                                   {"200": _json(_ref("JobWithHistory"), "The job.")},
                                   401, 403, 404, parameters=[JOB_ID])},
         "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
-                                    producers, batch, *WRITE, 409, 422,
+                                    producers, batch, *WRITE, 409, 422, rules=BATCH,
                                     requestBody=_body("NewJobBatch"))},
         "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
                                    None, security=ANY_AUTH),
@@ -276,7 +286,8 @@ def _worker_paths() -> JSON:
     """Claim, heartbeat, complete and fail: one job or a batch."""
     job = _ref("Job")
     claimed = {"200": _json({"anyOf": [job, _ref("JobList")]}, "The claimed job, now running; "
-                            "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty)."),
+                            "with `max_jobs`, `{\"jobs\": [...]}` (maybe empty).",
+                            links=_links("HeartbeatJob", "CompleteJob", "FailJob", "GetJob")),
                "204": {"description": "No job came due within `wait` (without `max_jobs`); with "
                               "`Retry-After: 1` when no long-poll slot was free (it did not "
                               "wait).",
@@ -290,15 +301,18 @@ def _worker_paths() -> JSON:
                                     requestBody=_body("ClaimRequest", required=False))},
         "/jobs/complete": {"post": _op("completeBatch", "Complete many held jobs", "worker",
                                        per_item, *WRITE, 422, security=BEARER,
-                                       requestBody=_body("CompleteBatch"))},
+                                       rules=PER_ITEM, requestBody=_body("CompleteBatch"))},
         "/jobs/fail": {"post": _op("failBatch", "Fail many held attempts", "worker", per_item,
-                                   *WRITE, 422, security=BEARER,
+                                   *WRITE, 422, security=BEARER, rules=PER_ITEM,
                                    requestBody=_body("FailBatch"))},
         "/jobs/{id}/heartbeat": _verb("heartbeat", "Extend the lease", WORKER,
-                                      "HeartbeatRequest"),
+                                      "HeartbeatRequest", rules=FENCED,
+                                      links=_links("CompleteJob", "FailJob")),
         "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
-                                     "CompleteRequest"),
-        "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest"),
+                                     "CompleteRequest", rules=FENCED,
+                                     links=_links("GetJob")),
+        "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest",
+                                 rules=FENCED, links=_links("GetJob")),
     }
 
 
@@ -353,7 +367,12 @@ def document(config: Mapping[str, Any]) -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "queuelog", "version": "0.1.0", "description": (
             "A persistent background job queue. Every error is application/problem+json "
-            "(RFC 9457) whose `status` equals the HTTP status.")},
+            "(RFC 9457) whose `status` equals the HTTP status."),
+            "contact": {"name": "queuelog maintainers"}},
+        # Relative: the API is at the root of whichever server answered this document (one
+        # document serves every host name and port the server is reached by).
+        "servers": [{"url": "/", "description": "The server that serves this document."}],
+        "tags": [{"name": tag, "description": text} for tag, (text, _) in TAGS.items()],
         "paths": _paths(config),
         "components": {
             "schemas": _schemas(config),

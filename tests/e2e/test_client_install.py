@@ -1,0 +1,125 @@
+"""The client-only install (client/pyproject.toml) in a fresh venv: httpx and click, no server.
+
+The wheels are built once from a copy of the tree (the checkout stays untouched), then a new
+``python -m venv`` installs from those wheels alone (``--no-index``): what it can import is
+exactly what a worker or producer host gets from ``pip install ./client``.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from server_process import Server, make_keys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The whole dependency closure of httpx and click: nothing of the server's may be in it.
+CLIENT_CLOSURE = {"queuelog_client", "httpx", "httpcore", "h11", "anyio", "sniffio", "idna",
+                  "certifi", "click", "typing_extensions", "exceptiongroup"}
+SERVER_ONLY = ("flask", "sqlalchemy", "psycopg", "gunicorn", "alembic", "werkzeug", "jinja2")
+
+# A producer on the client-only host: enqueue one job, print its id and the modules loaded.
+PRODUCE = """
+import sys
+from queuelog.client import Client
+with Client(sys.argv[1], sys.argv[2]) as c:
+    job = c.enqueue("email", {"to": "ada@example.com"}, idempotency_key="from-client-host")
+print(job["id"], job["status"], job["payload"]["to"])
+"""
+IMPORTABLE = """
+import importlib.util
+print(sorted(m for m in {mods!r} if importlib.util.find_spec(m) is not None))
+"""
+
+
+def _run(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, capture_output=True, text=True, timeout=300, **kw)
+
+
+@pytest.fixture(scope="module")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """The client's wheel and its dependencies' (pip's cache, else the package index)."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("queuelog", "client"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    out = tmp_path_factory.mktemp("wheels")
+    # No build isolation: setuptools and wheel come from this venv (the test extra), so the
+    # build itself needs no index.
+    proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                 "-w", str(out), str(src / "client")])
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+@pytest.fixture(scope="module")
+def venv(wheelhouse: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A fresh venv with queuelog-client installed from the wheelhouse alone."""
+    where = tmp_path_factory.mktemp("venv") / "v"
+    # Without its own pip (ensurepip costs seconds): this venv's pip installs into it.
+    assert _run([sys.executable, "-m", "venv", "--without-pip", str(where)]).returncode == 0
+    proc = _run([sys.executable, "-m", "pip", "--python", str(where / "bin" / "python"),
+                 "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+                 "queuelog-client"])
+    assert proc.returncode == 0, proc.stderr
+    return where
+
+
+def _env() -> dict[str, str]:
+    """The environment without this checkout on the path: the venv's own install is used."""
+    return {k: v for k, v in os.environ.items()
+            if k != "PYTHONPATH" and not k.startswith("QUEUELOG_")}
+
+
+def test_the_client_pulls_httpx_and_click_only(wheelhouse):
+    names = {w.name.split("-")[0].lower() for w in wheelhouse.glob("*.whl")}
+    assert {"queuelog_client", "httpx", "click"} <= names
+    assert names <= CLIENT_CLOSURE, sorted(names - CLIENT_CLOSURE)
+
+
+def test_the_server_is_not_importable_there(venv, tmp_path):
+    code = IMPORTABLE.format(mods=SERVER_ONLY + ("queuelog.server", "queuelog.client"))
+    proc = _run([str(venv / "bin" / "python"), "-c", code], env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "['queuelog.client']"
+
+
+def test_queuelog_work_help_and_the_server_commands_say_what_they_need(venv, tmp_path):
+    queuelog = str(venv / "bin" / "queuelog")
+    work = _run([queuelog, "work", "--help"], env=_env(), cwd=tmp_path)
+    assert work.returncode == 0 and "--token-file" in work.stdout, work.stderr
+    listed = _run([queuelog, "--help"], env=_env(), cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    commands, server = listed.stdout.split("Server commands:")
+    assert "\n  work " in commands and "\n  run " not in commands
+    assert "need the full queuelog package" in " ".join(server.split())
+    assert "\n  run " in server and "\n  init-db " in server
+    run = _run([queuelog, "run"], env=_env(), cwd=tmp_path)
+    assert run.returncode == 1 and "queuelog-client" in run.stderr
+    assert "Traceback" not in run.stderr
+    version = _run([queuelog, "--version"], env=_env(), cwd=tmp_path)
+    assert version.stdout.strip() == "queuelog, version 0.1.0", version.stderr
+    assert list(tmp_path.iterdir()) == []  # no instance folder, no database, no secret
+
+
+def test_a_producer_enqueues_from_the_client_only_install(venv, tmp_path):
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite3'}"
+    token = make_keys(db_url, {"billing": "producer"})["billing"]["Authorization"].split()[1]
+    server = Server(db_url, str(tmp_path / "server.log"), workers=1, threads=2).start()
+    try:
+        url = f"http://127.0.0.1:{server.port}"
+        proc = _run([str(venv / "bin" / "python"), "-c", PRODUCE, url, token],
+                    env=_env(), cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        job_id, status, to = proc.stdout.split()
+        assert (status, to) == ("pending", "ada@example.com")
+        again = _run([str(venv / "bin" / "python"), "-c", PRODUCE, url, token],
+                     env=_env(), cwd=tmp_path)
+        assert again.stdout.split()[0] == job_id  # the idempotent replay: one job
+    finally:
+        server.stop()
