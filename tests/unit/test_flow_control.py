@@ -47,7 +47,7 @@ def test_ten_claimers_never_run_more_than_the_concurrency(store: Store) -> None:
                 time.sleep(0.002)
                 continue
             start = time.monotonic()  # inside the claim's commit .. complete's commit
-            time.sleep(0.01)
+            time.sleep(0.05)  # long enough for ten claimers to pile up without a limit
             end = time.monotonic()
             store.complete(job.id, name, job.attempt)
             with lock:
