@@ -13,12 +13,13 @@ import dataclasses
 import hashlib
 import json
 from collections import Counter
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from flask import current_app
 
 from queuelog.model.jobs import Job, Priority, Status
-from queuelog.model.problems import Conflict, Forbidden, JobNotFound, QueuelogError
+from queuelog.model.problems import (Conflict, Forbidden, JobNotFound, QueuelogError,
+                                     ValidationFailed)
 from queuelog.server import metrics
 from queuelog.server.auth import Principal, is_system_name
 from queuelog.server.longpoll import PollResult, long_polls, wake
@@ -147,7 +148,10 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
 
     def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        return store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
+        got = store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
+        if got.freed:
+            wake()  # a lease taken back frees a concurrency slot for other waiting claims
+        return got
 
     def still_wanted() -> bool:
         # A key revoked while its claim waits must not get a job it could never complete,
@@ -210,7 +214,8 @@ def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
     jobs = [got for got in done if isinstance(got, Job)]
     for job in jobs:
         metrics.attempt_finished(job.type, outcome)
-    if any(job.status is Status.PENDING for job in jobs):
+    slots = get_store().slot_types  # an ended attempt of these frees a concurrency slot
+    if any(job.status is Status.PENDING or job.type in slots for job in jobs):
         wake()
 
 
@@ -274,6 +279,35 @@ def set_paused(who: Principal, job_type: str, paused: bool, types: Sequence[str]
     if not paused:
         wake()  # its due jobs can be claimed again
     return store.type_summaries([job_type], cap)[0]
+
+
+def set_limits(who: Principal, job_type: str, fields: dict[str, Any], types: Sequence[str],
+               cap: int) -> TypeSummary:
+    """Admin: change a configured type's limits (404 otherwise; a field left out keeps its
+    value, None removes it); audited; return its summary."""
+    _admin(who)
+    _configured(job_type, types)
+    try:
+        get_store().set_limits(job_type, fields, who.name)
+    except ValueError as exc:  # a burst without a rate in force
+        raise ValidationFailed(f"burst: {exc}", errors=[{"field": "burst",
+                                                         "detail": f"{exc}."}]) from None
+    wake()  # a raised limit may make due jobs claimable
+    return get_store().type_summaries([job_type], cap)[0]
+
+
+def reset_limits(who: Principal, job_type: str, types: Sequence[str], cap: int) -> TypeSummary:
+    """Admin: a configured type's limits back to the config's (audited); its summary."""
+    _admin(who)
+    _configured(job_type, types)
+    get_store().reset_limits(job_type, who.name)
+    wake()
+    return get_store().type_summaries([job_type], cap)[0]
+
+
+def _configured(job_type: str, types: Sequence[str]) -> None:
+    if job_type not in types:
+        raise JobNotFound(f"No job type {job_type!r} is configured.")
 
 
 # -- the audit log ---------------------------------------------------------------------

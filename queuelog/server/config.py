@@ -10,10 +10,11 @@ from typing import Any
 
 from flask import Flask
 
+from queuelog.model import limits as flow
 from queuelog.model.problems import ConfigError
 from queuelog.server.requests.parse import is_name
 
-__all__ = ["DEFAULTS", "check", "load", "require_number"]
+__all__ = ["DEFAULTS", "check", "load", "require_number", "type_limits"]
 
 DEFAULTS: dict[str, Any] = {
     "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},
@@ -138,7 +139,7 @@ def check(config: Any) -> None:
     types = config["JOB_TYPES"]
     if not isinstance(types, dict) or not types:
         raise ConfigError("JOB_TYPES must be a non-empty mapping of type name to options")
-    allowed = {"max_retries", "lease_seconds", "max_payload_bytes"}
+    allowed = {"max_retries", "lease_seconds", "max_payload_bytes", *flow.FIELDS}
     for name, opts in types.items():
         if not isinstance(opts, dict) or set(opts) - allowed:
             raise ConfigError(f"JOB_TYPES[{name!r}] may set only {sorted(allowed)}")
@@ -155,13 +156,23 @@ def check(config: Any) -> None:
         if not is_name(name):
             raise ConfigError(f"JOB_TYPES: {name!r} is not a type name (1 to 100 characters)")
         for option, value in opts.items():
-            whole, lo, hi = limits[option]
-            require_number(f"JOB_TYPES[{name!r}][{option!r}]", value, lo, hi, whole=whole)
+            if option in limits:
+                whole, lo, hi = limits[option]
+                require_number(f"JOB_TYPES[{name!r}][{option!r}]", value, lo, hi, whole=whole)
+        type_limits(name, opts)
     # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
     base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \
             or not 0 < base <= cap:
         raise ConfigError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")
+
+
+def type_limits(name: str, opts: dict[str, Any]) -> flow.Limits:
+    """The flow-control limits a type's options set; ConfigError with one line naming it."""
+    try:
+        return flow.from_options(opts)
+    except ValueError as exc:
+        raise ConfigError(f"JOB_TYPES[{name!r}]: {exc}") from None
 
 
 def require_number(name: str, value: Any, lo: float, hi: float, *, whole: bool = True) -> None:

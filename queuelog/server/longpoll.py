@@ -93,26 +93,29 @@ class LongPolls:
             self.waiting += 1
         try:
             self._watch_for_shutdown()
-            return self._wait(try_claim, deadline, seen, still_allowed)
+            return self._wait(try_claim, deadline, seen, still_allowed, _due_in(jobs))
         finally:
             with self._count_lock:
                 self.waiting -= 1
             self._free.release()
 
     def _wait(self, try_claim: Callable[[], Sequence[T]], deadline: float, seen: int,
-              still_allowed: Callable[[], bool]) -> PollResult[T]:
+              still_allowed: Callable[[], bool], due_in: float | None) -> PollResult[T]:
         pause = FIRST_PAUSE
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return PollResult(())
-            self.bell.wait_after(seen, min(pause, remaining))
+            # A rate-limited type's next token: look again exactly when it comes.
+            nap = pause if due_in is None else min(pause, due_in)
+            self.bell.wait_after(seen, min(nap, remaining))
             if self.stopping or not still_allowed():
                 return PollResult(())
             seen = self.bell.count
             jobs = try_claim()
             if jobs:
                 return PollResult(jobs)
+            due_in = _due_in(jobs)
             pause = min(pause * 2, MAX_PAUSE)
 
     def stop(self) -> None:
@@ -148,6 +151,11 @@ class LongPolls:
         while getattr(worker, "alive", False):
             time.sleep(WATCH_EVERY)
         self.stop()
+
+
+def _due_in(found: Sequence[Any]) -> float | None:
+    """Seconds until the claim policy's next token is due (``store.Claimed``), if it said."""
+    return getattr(found, "next_due_in", None)
 
 
 def _gunicorn_worker() -> Any | None:

@@ -96,6 +96,34 @@ class _DatabaseGauges:
         for job_type in sorted(set(self.types) | snap.paused):
             paused.add_metric([job_type], 1 if job_type in snap.paused else 0)
         yield from (oldest, expired, paused)
+        yield from _flow_gauges(self.store.flow_states(self.types))
+
+
+LIMITED_REASONS = ("paused", "concurrency", "rate")
+
+
+def _flow_gauges(flows: Any) -> Iterator[GaugeMetricFamily]:
+    """Flow control: why a claim skips each type now, and the limits in force."""
+    limited = GaugeMetricFamily(
+        "queuelog_type_limited", "1 while a claim skips the type, by reason.",
+        labels=["type", "reason"])
+    conc = GaugeMetricFamily("queuelog_type_concurrency_limit",
+                             "The concurrency limit in force (types that have one).",
+                             labels=["type"])
+    rate = GaugeMetricFamily("queuelog_type_rate_limit",
+                             "The rate limit in force, in jobs per second.", labels=["type"])
+    burst = GaugeMetricFamily("queuelog_type_rate_burst", "The rate limit's burst in force.",
+                              labels=["type"])
+    for job_type, flow in sorted(flows.items()):
+        for reason in LIMITED_REASONS:
+            limited.add_metric([job_type, reason], 1 if flow.limited == reason else 0)
+        if flow.limits.concurrency is not None:
+            conc.add_metric([job_type], flow.limits.concurrency)
+        bucket = flow.limits.bucket()
+        if bucket is not None:
+            rate.add_metric([job_type], bucket[1])
+            burst.add_metric([job_type], bucket[0])
+    yield from (limited, conc, rate, burst)
 
 
 class _ProcessMetrics:

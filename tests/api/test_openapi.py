@@ -140,7 +140,7 @@ def test_document_is_served_and_lists_every_route(client: Any, keys: Any, app: A
         "/jobs", "/jobs/{id}", "/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete",
         "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/healthz", "/metrics",
         "/openapi.json", "/jobs/retry", "/jobs/cancel", "/types", "/types/{type}/pause",
-        "/types/{type}/resume", "/audit", "/jobs/batch", "/jobs/complete", "/jobs/fail"}
+        "/types/{type}/resume", "/types/{type}/limits", "/audit", "/jobs/batch", "/jobs/complete", "/jobs/fail"}
     new_job = got.json["components"]["schemas"]["NewJob"]
     assert new_job["properties"]["type"]["enum"] == ["email", "pdf", "sync", "report"]
     assert client.get("/openapi.json").status_code == 401

@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from conftest import BACKENDS
 from queuelog import create_app
 from queuelog.model.jobs import Status
-from queuelog.server.store.tables import metadata, paused_types
+from queuelog.server.store.tables import metadata, paused_types, type_limits
 from queuelog.server.store import NewJob, Store, migrate
 from queuelog.server.store.migrate import alembic_config, current, head, scripts
 
@@ -81,8 +81,10 @@ def fill_every_state(store: Store) -> None:
     def new(key: str | None = None, retries: int = 3) -> NewJob:
         return NewJob(producer="billing", type="email", payload_json='{"n": 1}', priority=10,
                       max_retries=retries, idempotency_key=key, request_hash=key and "h" * 64)
-    # Today's claim skips paused types, a table that release did not have: lent for the fill.
+    # Today's claim skips paused and limited types, tables that release did not have: lent
+    # for the fill.
     paused_types.create(store.engine)
+    type_limits.create(store.engine)
     store.enqueue(new("pending-1"))
     done, _ = store.enqueue(new("done-1"))
     store.claim("w1", lease_seconds=60)  # pending-1 is older: it is claimed first, stays running
@@ -99,6 +101,7 @@ def fill_every_state(store: Store) -> None:
     store.accounts.revoke_key("old")
     store.accounts.create_user("ann", "pbkdf2:sha256:1000$salt$hash", "admin")
     paused_types.drop(store.engine)
+    type_limits.drop(store.engine)
 
 
 def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
+from queuelog.model import limits
 from queuelog.model.jobs import Priority, Status
 
 JSON = dict[str, Any]
@@ -49,7 +50,7 @@ RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
 # What the audit log records (store/audit.py writes only these; GET /audit filters by them).
 AUDIT_ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user.password",
                  "job.retry", "job.cancel", "jobs.retry", "jobs.cancel", "type.pause",
-                 "type.resume", "jobs.purge", "audit.purge")
+                 "type.resume", "type.limits", "type.limits.reset", "jobs.purge", "audit.purge")
 SCHEDULED = "scheduled"            # a dashboard-only status: pending with a future run_at
 DASHBOARD_STATUSES = ["pending", SCHEDULED, "running", "completed", "failed", "cancelled"]
 PRINTABLE_ASCII = "^[ -~]*$"
@@ -77,7 +78,8 @@ def cursor_pattern() -> str:
 
 CURSOR = cursor_pattern()
 PATTERN_DETAILS = {PRINTABLE_ASCII: "Must be printable ASCII.", NO_NUL: "Must not hold NUL.",
-                   CURSOR: "Not a cursor from a previous page."}
+                   CURSOR: "Not a cursor from a previous page.",
+                   limits.RATE_PATTERN: "Must be N/s, N/min or N/h with N from 1 to 999999999."}
 IGNORED = {"description": "Ignored: the worker is always the key's name (V-04)."}
 
 
@@ -214,7 +216,17 @@ BODIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
                                   "priority": _enum(PRIORITIES)}),
     "BulkCancel": lambda c: _bulk({"type": _types(c), "priority": _enum(PRIORITIES)}),
     "Empty": lambda c: _obj({}),
+    "TypeLimits": lambda c: _type_limits(),
 }
+
+
+def _type_limits() -> JSON:
+    """PUT /types/{type}/limits: a field left out keeps its value, ``null`` removes it."""
+    return _obj({
+        "concurrency": _optional(_int(1, limits.MAX_CONCURRENCY)),
+        "rate": _optional({"type": "string", "pattern": limits.RATE_PATTERN,
+                           "description": "N/s, N/min or N/h, N >= 1: a token bucket"}),
+        "burst": _optional(_int(1, limits.MAX_BURST))})
 
 
 def _page(**filters: JSON) -> JSON:

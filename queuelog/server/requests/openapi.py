@@ -151,8 +151,15 @@ def _operating_schemas(config: Mapping[str, Any]) -> JSON:
                            tuple(st.value for st in Status)),
             "count_cap": _int(1), "oldest_pending_seconds": {"type": "number", "minimum": 0},
             "completed_last_hour": count, "failed_last_hour": count,
+            # Flow control: the limits in force (null where none), running, why skipped.
+            "concurrency": {"type": ["integer", "null"], "minimum": 1},
+            "rate": {"type": ["string", "null"]},
+            "burst": {"type": ["integer", "null"], "minimum": 1}, "running": count,
+            "limited": {"type": ["string", "null"],
+                        "enum": ["paused", "concurrency", "rate", None]},
         }, ("name", "paused", "counts", "count_cap", "oldest_pending_seconds",
-            "completed_last_hour", "failed_last_hour")),
+            "completed_last_hour", "failed_last_hour", "concurrency", "rate", "burst",
+            "running", "limited")),
         "JobTypeList": _obj({"types": {"type": "array", "items": _ref("JobType")}}, ("types",)),
         "AuditEvent": _obj({
             "id": _int(1), "at": _ts(), "actor": {"type": "string"},
@@ -355,6 +362,14 @@ def _operating_paths(config: Mapping[str, Any]) -> JSON:
                               401, 403)},
         "/types/{type}/pause": pause("pauseType", "Pause a job type: no claim returns it"),
         "/types/{type}/resume": pause("resumeType", "Resume a paused job type"),
+        "/types/{type}/limits": {
+            "put": _op("setTypeLimits", "Change a type's concurrency, rate or burst (a field "
+                       "left out keeps its value, null removes it)", "admin", the_type,
+                       *WRITE, 404, 422, parameters=[type_param],
+                       requestBody=_body("TypeLimits")),
+            "delete": _op("resetTypeLimits", "A type's limits back to the configured ones",
+                          "admin", the_type, *WRITE, 404, 422, parameters=[type_param],
+                          requestBody=_body("Empty", False))},
         "/audit": {"get": _op("listAudit", "Audit events, newest first", "admin",
                               {"200": _json(_ref("AuditPage"), "One page.")}, 401, 403, 422,
                               parameters=_query(queries(config)["AuditQuery"]))},

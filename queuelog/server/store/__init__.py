@@ -10,32 +10,36 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from queuelog.model.problems import ConfigError
+from queuelog.model.limits import from_options
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
 from queuelog.server.store.enqueue import NewJob
+from queuelog.server.store.limits import FlowState, TypeLimits
 from queuelog.server.store.queue import Queue
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
 from queuelog.server.store.types import Types, TypeSummary
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "SignIns",
+__all__ = ["ALL", "Accounts", "ApiKey", "Event", "FlowState", "NewJob", "Page", "Scope", "Series", "SignIns",
            "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Types, Bulk, Audit):
-    """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
+class Store(Queue, Reads, Stats, Types, TypeLimits, Bulk, Audit):
+    """Job verbs, reads, types, limits, bulk, audit, ``accounts`` (keys, users): one engine
+    and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
                  lease_seconds: float = 300.0,
-                 type_leases: Mapping[str, float] | None = None) -> None:
+                 type_leases: Mapping[str, float] | None = None,
+                 type_limits: Mapping[str, Any] | None = None) -> None:
         engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
         super().__init__(engine, clock=system_clock, backoff_base=backoff_base,
                          backoff_cap=backoff_cap, lease_seconds=lease_seconds,
-                         type_leases=type_leases)
+                         type_leases=type_leases, type_limits=type_limits)
         # Accounts read the queue's clock, so a test that moves one moves both.
         self.accounts = Accounts(engine, clock=lambda: self.clock())
         self.sign_ins = SignIns(engine)  # failed sign-ins, for the throttle (throttle.py)
@@ -77,7 +81,10 @@ def init_app(app: Flask) -> Store:
                       lease_seconds=float(app.config["LEASE_SECONDS"]),
                       type_leases={name: float(opts["lease_seconds"])
                                    for name, opts in app.config["JOB_TYPES"].items()
-                                   if "lease_seconds" in opts})
+                                   if "lease_seconds" in opts},
+                      # checked at config load (config.type_limits): valid here
+                      type_limits={name: from_options(opts)
+                                   for name, opts in app.config["JOB_TYPES"].items()})
     except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
         raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
     try:

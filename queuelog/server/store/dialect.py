@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import (ColumnElement, Engine, Select, TextClause, any_, bindparam, create_engine,
                         event, func, text)
+from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
 
@@ -56,13 +57,19 @@ class Dialect:
     def lock(self, conn: Any, key: int) -> None:
         """Take a transaction-scoped lock named ``key`` (a no-op where writes serialize)."""
 
+    def for_update(self, query: Select[Any]) -> Select[Any]:
+        """``query`` locking the rows it reads until the commit (a no-op where writes
+        serialize: SQLite's write lock is already held)."""
+        return query
+
     def yield_lock(self, started: float) -> None:
         """Between a bulk action's batches: give waiting writers their turn, if needed."""
 
     def claim_candidates(self, due: Select[Any], typed: Select[Any], policy_sql: str,
-                         ) -> tuple[Any, Any]:
+                         params: tuple[Any, ...] = ()) -> tuple[Any, Any]:
         """The claim's due-job subqueries (any type, ``:types`` only), as this database runs
-        them best; ``policy_sql`` is the claim policy's condition as SQLite text."""
+        them best; ``policy_sql`` is the claim policy's condition as SQLite text, and
+        ``params`` the (expanding) parameters it names."""
         return self.skip_locked(due), self.skip_locked(typed)
 
     def expired_leases(self, query: Select[Any], limit: int) -> Any:
@@ -76,6 +83,10 @@ class Dialect:
     def in_subquery(self, column: Any, query: Any) -> ColumnElement[bool]:
         """``column`` IN the ids ``query`` picks, evaluated once."""
         return column.in_(query)  # type: ignore[no-any-return]
+
+    def insert_ignore(self, table: Any) -> Any:
+        """An INSERT that skips a row whose key exists (ON CONFLICT DO NOTHING)."""
+        raise NotImplementedError
 
 
 class SQLiteDialect(Dialect):
@@ -113,7 +124,7 @@ class SQLiteDialect(Dialect):
         time.sleep(max(MIN_PAUSE, time.perf_counter() - started))
 
     def claim_candidates(self, due: Select[Any], typed: Select[Any], policy_sql: str,
-                         ) -> tuple[Any, Any]:
+                         params: tuple[Any, ...] = ()) -> tuple[Any, Any]:
         """Hand-pinned text, because SQLAlchemy renders no INDEXED BY.
 
         A new SQLite database has no ANALYZE statistics, and without them the planner
@@ -122,9 +133,9 @@ class SQLiteDialect(Dialect):
         No SKIP LOCKED: the write lock already keeps other claims out.
         """
         cols = list(due.selected_columns)
-        return (_due_text("", policy_sql, [], cols),
+        return (_due_text("", policy_sql, [*params], cols),
                 _due_text("AND cand.type IN :types ", policy_sql,
-                          [bindparam("types", expanding=True)], cols))
+                          [bindparam("types", expanding=True), *params], cols))
 
     def expired_leases(self, query: Select[Any], limit: int) -> Any:
         """Pinned to the lease index (running jobs only, by lease end)."""
@@ -134,6 +145,10 @@ class SQLiteDialect(Dialect):
     def expired_by_type(self) -> TextClause:
         """The lease index's range below ``:now``: what the next claim takes back."""
         return _SQLITE_EXPIRED_BY_TYPE
+
+    def insert_ignore(self, table: Any) -> Any:
+        """SQLite's INSERT ... ON CONFLICT DO NOTHING."""
+        return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
 
 # The claim's walk; ``typed`` and ``policy`` are SQL from this package (never a value):
@@ -212,9 +227,17 @@ class PostgresDialect(Dialect):
         """FOR UPDATE SKIP LOCKED: a row another claim or purge holds is not ours."""
         return query.with_for_update(skip_locked=True)
 
+    def for_update(self, query: Select[Any]) -> Select[Any]:
+        """SELECT ... FOR UPDATE: a second claim of the same limited type waits here."""
+        return query.with_for_update()
+
     def lock(self, conn: Any, key: int) -> None:
         """pg_advisory_xact_lock: held until the transaction ends."""
         conn.execute(_ADVISORY, {"key": key})
+
+    def insert_ignore(self, table: Any) -> Any:
+        """PostgreSQL's INSERT ... ON CONFLICT DO NOTHING."""
+        return postgresql_dialect.insert(table).on_conflict_do_nothing()
 
     def in_subquery(self, column: Any, query: Any) -> ColumnElement[bool]:
         """``= ANY(ARRAY(...))``: an InitPlan, run once.

@@ -17,6 +17,7 @@ from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete,
 from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
                                      WrongState)
 from queuelog.model.jobs import FINISHED, Job, Outcome, Status, backoff_seconds
+from queuelog.model.limits import Limits
 from queuelog.server.store import claim_policy
 from queuelog.server.store.audit import Tally, record
 from queuelog.server.store.dialect import of as dialect_of
@@ -31,6 +32,13 @@ EXPIRE_BATCH = 100  # expired leases taken back per claim, so one claim stays ch
 PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
 
 
+class Claimed(list[Job]):
+    """The jobs a claim got, with what a waiting claim needs to know when it got none."""
+
+    next_due_in: float | None = None  # seconds until a skipped type's next token comes
+    freed: bool = False               # a lease was taken back: waiting claims may look again
+
+
 class Queue(Enqueue):
     """The job verbs: enqueue (enqueue.py), claim, heartbeat, complete, fail, cancel, retry,
     purge."""
@@ -38,7 +46,8 @@ class Queue(Enqueue):
     def __init__(self, engine: Engine, *, clock: Clock = system_clock,
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
                  rng: random.Random | None = None, lease_seconds: float = 300.0,
-                 type_leases: Mapping[str, float] | None = None) -> None:
+                 type_leases: Mapping[str, float] | None = None,
+                 type_limits: Mapping[str, Limits] | None = None) -> None:
         self.engine = engine
         self.dialect = dialect_of(engine)
         self._write = self.dialect.writer(engine)
@@ -48,6 +57,10 @@ class Queue(Enqueue):
         self.rng = rng or random.Random()
         self.lease_seconds = lease_seconds
         self.type_leases = dict(type_leases or {})
+        self.configured_limits = dict(type_limits or {})  # JOB_TYPES' flow control
+        # Types with a concurrency limit in force, as this process's last claim saw them.
+        self.slot_types = frozenset(t for t, lim in self.configured_limits.items()
+                                    if lim.concurrency)
         # Told the type of each job whose lease a claim took back (the metrics count them).
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         # Told when a call created or finished jobs (retention purges after such requests).
@@ -80,6 +93,12 @@ class Queue(Enqueue):
                                        policy)
                .order_by(cand.c.priority.desc(), cand.c.run_at, cand.c.id).limit(b("n")))
         typed = due.where(cand.c.type.in_(b("types", expanding=True)))
+        # The same walks skipping the types at their limit (flow control): used only when a
+        # limit leaves some type nothing, so a claim without one runs the statement above.
+        skip = claim_policy.not_blocked(cand)
+        due_b, typed_b = self.dialect.claim_candidates(
+            due.where(skip), typed.where(skip),
+            f"{sql_of(policy)} AND {claim_policy.BLOCKED_SQL}", (claim_policy.BLOCKED_PARAM,))
         due, typed = self.dialect.claim_candidates(due, typed, sql_of(policy))
         claim = (update(jobs).where(status_is(Status.PENDING))
                  .values(status=Status.RUNNING.value, attempt=jobs.c.attempt + 1,
@@ -88,8 +107,9 @@ class Queue(Enqueue):
                  .returning(*jobs.c))
         # The first n due jobs in claim order (one for a single claim). PostgreSQL: the
         # subquery locks them, skipping rows another claim holds; SQLite: the write lock.
-        self._claim_any, self._claim_typed = (
-            claim.where(self.dialect.in_subquery(jobs.c.id, q)) for q in (due, typed))
+        self._claim_any, self._claim_typed, self._claim_any_b, self._claim_typed_b = (
+            claim.where(self.dialect.in_subquery(jobs.c.id, q))
+            for q in (due, typed, due_b, typed_b))
         expired = (select(jobs.c.id, jobs.c.attempt)
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
                    .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
@@ -151,25 +171,49 @@ class Queue(Enqueue):
         return got[0] if got else None
 
     def claim_many(self, worker: str, max_jobs: int, *, lease_seconds: float | None = None,
-                   types: Sequence[str] | None = None) -> list[Job]:
+                   types: Sequence[str] | None = None) -> Claimed:
         """Take back expired leases, then claim up to ``max_jobs`` due jobs in one
-        transaction; in claim order (priority, run_at, id), each with its own attempt."""
+        transaction; in claim order (priority, run_at, id), each with its own attempt,
+        within the types' limits (claim_policy.py)."""
         with self._write.begin() as conn:
             now = self.clock()
-            self._expire_leases(conn, now)
+            out = Claimed()
+            out.freed = self._expire_leases(conn, now)
             params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
                                       "lease_us": _us_or_none(lease_seconds)}
-            if types is None:
-                rows = conn.execute(self._claim_any, params).all()
+            if types is not None:
+                params["types"] = list(types)
+            allow, limits = claim_policy.allowance(conn, self.dialect, self.configured_limits,
+                                                   types, now)
+            # Remembered for the answers: a complete or fail of these types frees a slot.
+            self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
+            if allow is None:
+                rows = conn.execute(self._claim_any if types is None else self._claim_typed,
+                                    params).all()
             else:
-                rows = conn.execute(self._claim_typed, {**params, "types": list(types)}).all()
+                rows = claim_policy.take(
+                    lambda blocked, k: self._claim_round(conn, params, blocked, k),
+                    max_jobs, allow, now, conn)
+                if not rows and allow.next_due_us is not None:
+                    out.next_due_in = (allow.next_due_us - now) / 1e6
             if not rows:
-                return []
+                return out
             if len(rows) > 1:  # RETURNING has no order of its own
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
             conn.execute(self._attempt_start, [{"jid": r.id, "att": r.attempt, "wkr": worker,
                                                 "now": now} for r in rows])
-            return [Job.from_row(r._mapping) for r in rows]
+            out.extend(Job.from_row(r._mapping) for r in rows)
+            return out
+
+    def _claim_round(self, conn: Connection, params: dict[str, Any], blocked: list[str],
+                     n: int) -> list[Any]:
+        """One claim statement for up to ``n`` jobs, skipping the ``blocked`` types."""
+        typed = "types" in params
+        if not blocked:
+            return conn.execute(self._claim_typed if typed else self._claim_any,
+                                {**params, "n": n}).all()
+        return conn.execute(self._claim_typed_b if typed else self._claim_any_b,
+                            {**params, "n": n, "blocked": blocked}).all()
 
     def heartbeat(self, job_id: int, worker: str, attempt: int, *,
                   lease_seconds: float | None = None) -> Job:
@@ -345,12 +389,16 @@ class Queue(Enqueue):
         return _refusal(conn.execute(self._by_id, {"jid": job_id}).first(), job_id, worker,
                         attempt)
 
-    def _expire_leases(self, conn: Connection, now: int) -> None:
+    def _expire_leases(self, conn: Connection, now: int) -> bool:
+        """Take back expired leases; True if any did (a slot may have freed)."""
+        took = False
         for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
                                     LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
             if job is not None:
+                took = True
                 self.on_lease_expired(job.type)
+        return took
 
     def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
                      outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,

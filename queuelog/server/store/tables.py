@@ -5,8 +5,8 @@ claim path, and keep the fixed-width ISO text a matter of serialization alone.
 """
 from __future__ import annotations
 
-from sqlalchemy import (BigInteger, Column, ForeignKey, Index, Integer, MetaData, String,
-                        Table, Text, UniqueConstraint, text)
+from sqlalchemy import (BigInteger, Boolean, Column, Float, ForeignKey, Index, Integer,
+                        MetaData, String, Table, Text, UniqueConstraint, false, text)
 
 metadata = MetaData()
 
@@ -124,6 +124,23 @@ paused_types = Table(
     Column("type", String(100), primary_key=True),
     Column("paused_at", BigInteger, nullable=False),
     Column("paused_by", String(100), nullable=False),
+)
+
+# Flow control: one limiter row per type (CONTRACT "Flow control"). Every claim that may take
+# a limited type locks its row, so concurrency and tokens are decided one claim at a time on
+# every app server. ``overridden``: the limits were set by PUT /types/{type}/limits (else the
+# config's apply, and the limit columns are unused). ``tokens`` NULL: a full bucket.
+type_limits = Table(
+    "type_limits", metadata,
+    Column("type", String(100), primary_key=True),
+    Column("overridden", Boolean, nullable=False, default=False, server_default=false()),
+    Column("concurrency", Integer),
+    Column("rate", String(20)),
+    Column("burst", Integer),
+    Column("tokens", Float),
+    Column("refilled_at", BigInteger),
+    Column("updated_at", BigInteger),
+    Column("updated_by", String(100)),
 )
 
 # Failed Basic sign-ins, one row each, for the throttle (CONTRACT "Who is who"). In the

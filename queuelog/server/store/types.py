@@ -12,6 +12,7 @@ from queuelog.model.jobs import Outcome, Status
 from queuelog.model.problems import Conflict
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import Clock
+from queuelog.server.store.limits import FlowState
 from queuelog.server.store.reads import status_is
 from queuelog.server.store.tables import job_attempts, jobs, paused_types
 
@@ -32,6 +33,7 @@ class TypeSummary:
     oldest_pending_us: int            # age of the oldest due pending job, 0 when none
     completed_last_hour: int
     failed_last_hour: int             # failed attempts, lease expiries included
+    flow: FlowState | None = None     # limits in force, running, why a claim skips it
 
 
 def _capped(*cond: Any) -> Any:
@@ -85,6 +87,7 @@ class Types:
                                {**params, "cap": cap + 1, "now": now}).one()._mapping
             hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()
             paused = {r.type: r for r in conn.execute(select(paused_types)).all()}
+        flows = self.flow_states(types)  # type: ignore[attr-defined]  (TypeLimits, mixed in)
         done: dict[tuple[str, str], int] = {}
         for job_type, outcome, n in hour:
             kind = "completed" if outcome == Outcome.COMPLETED.value else "failed"
@@ -99,7 +102,7 @@ class Types:
                 counts={s.value: int(row[f"{s.value}_{i}"]) for s in Status},
                 oldest_pending_us=0 if oldest is None else max(0, now - oldest),
                 completed_last_hour=done.get((name, "completed"), 0),
-                failed_last_hour=done.get((name, "failed"), 0)))
+                failed_last_hour=done.get((name, "failed"), 0), flow=flows[name]))
         return out
 
     def set_paused(self, job_type: str, paused: bool, actor: str) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, flash, redirect, render_template, url_for
+from flask import Blueprint, current_app, flash, redirect, render_template, request, url_for
 
-from queuelog.model.problems import JobNotFound
+from queuelog.model.problems import JobNotFound, ValidationFailed
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
+from queuelog.server.requests.check import validate
 from queuelog.server.ui.helpers import check_form, error_page
 
 bp = Blueprint("types", __name__)
@@ -41,3 +42,36 @@ def pause_or_resume(job_type: str, verb: str) -> Any:
     flash(f"Type {job_type} is paused: its jobs wait until it is resumed." if verb == "pause"
           else f"Type {job_type} runs again.", "ok")
     return redirect(url_for(".types"), 303)
+
+
+@bp.post("/types/<job_type>/limits")
+@require("admin")
+def limits(job_type: str) -> Any:
+    """Admin: set a type's limits from the form (an empty field removes that limit), or
+    ``reset`` them to the configured ones."""
+    check_form()
+    config = current_app.config
+    args = (list(config["JOB_TYPES"]), config["COUNT_CAP"])
+    try:
+        if request.form.get("reset"):
+            actions.reset_limits(current_user(), job_type, *args)
+            flash(f"Type {job_type} is back to its configured limits.", "ok")
+        else:
+            fields = validate("TypeLimits", _limit_fields())  # the API's declaration: one rule
+            actions.set_limits(current_user(), job_type, fields, *args)
+            flash(f"Limits of type {job_type} saved.", "ok")
+    except JobNotFound as exc:
+        return error_page(404, "No such job type", exc.detail)
+    except ValidationFailed as exc:
+        return error_page(422, "Limits not saved", exc.detail)
+    return redirect(url_for(".types"), 303)
+
+
+def _limit_fields() -> dict[str, Any]:
+    """The form's three fields as the API body: blank is null, digits a number."""
+    out: dict[str, Any] = {}
+    for name in ("concurrency", "rate", "burst"):
+        text = request.form.get(name, "").strip()
+        out[name] = None if not text else int(text) if text.isdigit() and name != "rate" \
+            else text
+    return out

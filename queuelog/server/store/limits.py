@@ -1,0 +1,155 @@
+"""Flow control in the database: the limits in force per type, and each type's token bucket.
+
+The config's limits (``JOB_TYPES``) are the default; ``PUT /types/{type}/limits`` writes an
+override into the type's limiter row (``type_limits``) and ``DELETE`` clears it, so every app
+server sees the same limits at its next claim. The bucket (``tokens`` at ``refilled_at``) is
+refilled lazily: whoever reads it computes the tokens now, and only a claim that spends
+tokens writes them back. The claim-time decision itself is ``claim_policy.py``'s.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Mapping, Sequence
+
+from sqlalchemy import Connection, Engine, bindparam, func, select, update
+
+from queuelog.model.jobs import Status
+from queuelog.model.limits import NONE, Limits
+from queuelog.server.store.audit import record
+from queuelog.server.store.engine import Clock
+from queuelog.server.store.reads import status_is
+from queuelog.server.store.tables import jobs, paused_types, type_limits
+
+ROWS = select(type_limits)
+_LOCK = (select(type_limits).where(type_limits.c.type.in_(bindparam("types", expanding=True)))
+         .order_by(type_limits.c.type))  # in name order, so two claims cannot deadlock
+_RUNNING = (select(jobs.c.type, func.count()).where(
+    status_is(Status.RUNNING), jobs.c.type.in_(bindparam("types", expanding=True)))
+    .group_by(jobs.c.type))  # the (status, type, id) index; expired leases still count
+_SPEND = (update(type_limits).where(type_limits.c.type == bindparam("t"))
+          .values(tokens=bindparam("tokens"), refilled_at=bindparam("now")))
+
+
+@dataclasses.dataclass(frozen=True)
+class FlowState:
+    """One type's limits in force and why a claim would skip it now (None: it would not)."""
+
+    limits: Limits
+    running: int
+    limited: str | None       # "paused", "concurrency", "rate" or None
+    tokens: float | None      # the bucket now (None without a rate)
+
+
+def in_force(configured: Mapping[str, Limits], rows: Sequence[Any]) -> dict[str, Limits]:
+    """The limits in force per type: a row's override, else the config's."""
+    out = dict(configured)
+    for r in rows:
+        if r.overridden:
+            out[r.type] = Limits(r.concurrency, r.rate, r.burst)
+    return out
+
+
+def tokens_now(limits: Limits, row: Any, now: int) -> float | None:
+    """The bucket's tokens at ``now`` (full when never spent); None without a rate."""
+    bucket = limits.bucket()
+    if bucket is None:
+        return None
+    size, per_second = bucket
+    if row is None or row.tokens is None or row.refilled_at is None:
+        return size
+    return min(size, row.tokens + max(0, now - row.refilled_at) / 1e6 * per_second)
+
+
+def token_due_us(limits: Limits, tokens: float, now: int) -> int:
+    """When the bucket next holds a whole token."""
+    _, per_second = limits.bucket() or (0.0, 1.0)
+    return now + max(1, math.ceil((1.0 - tokens) / per_second * 1e6))
+
+
+def running_counts(conn: Connection, types: Sequence[str]) -> dict[str, int]:
+    """Running jobs per type (leases run out included: they count until taken back)."""
+    if not types:
+        return {}
+    return {t: int(n) for t, n in conn.execute(_RUNNING, {"types": list(types)})}
+
+
+def lock_rows(conn: Connection, dialect: Any, types: Sequence[str]) -> dict[str, Any]:
+    """Lock the limiter rows of ``types`` for this transaction (made first if missing)."""
+    lock = _locking(dialect)
+    rows = {r.type: r for r in conn.execute(lock, {"types": list(types)})}
+    missing = [t for t in types if t not in rows]
+    if missing:
+        conn.execute(dialect.insert_ignore(type_limits), [{"type": t} for t in missing])
+        rows = {r.type: r for r in conn.execute(lock, {"types": list(types)})}
+    return rows
+
+
+@functools.lru_cache(maxsize=4)
+def _locking(dialect: Any) -> Any:
+    return dialect.for_update(_LOCK)  # built once per dialect, not per claim
+
+
+def spend(conn: Connection, now: int, left_tokens: Mapping[str, float]) -> None:
+    """Write back the buckets a claim spent from."""
+    if left_tokens:
+        conn.execute(_SPEND, [{"t": t, "tokens": v, "now": now} for t, v in left_tokens.items()])
+
+
+class TypeLimits:
+    """Limit verbs (mixed into the Store, which provides engine, clock, writer, dialect)."""
+
+    engine: Engine
+    clock: Clock
+    _write: Engine
+    dialect: Any
+    configured_limits: dict[str, Limits]
+
+    def limits_in_force(self, conn: Connection) -> dict[str, Limits]:
+        """Every type's limits now (types with none are left out)."""
+        got = in_force(self.configured_limits, conn.execute(ROWS).all())
+        return {t: lim for t, lim in got.items() if lim.any}
+
+    def set_limits(self, job_type: str, fields: Mapping[str, Any], actor: str) -> None:
+        """Change some of a type's limits (a field left out keeps its value, None removes
+        it); audited as ``type.limits`` in the same transaction. ValueError if invalid."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            row = lock_rows(conn, self.dialect, [job_type])[job_type]
+            old = in_force(self.configured_limits, [row]).get(job_type, NONE)
+            new = old.changed(dict(fields))  # ValueError: burst without a rate
+            conn.execute(update(type_limits).where(type_limits.c.type == job_type).values(
+                overridden=True, concurrency=new.concurrency, rate=new.rate, burst=new.burst,
+                updated_at=now, updated_by=actor[:100]))
+            record(conn, now, actor, "type.limits", job_type, {
+                "concurrency": new.concurrency, "rate": new.rate, "burst": new.burst})
+
+    def reset_limits(self, job_type: str, actor: str) -> None:
+        """Back to the configured limits; audited as ``type.limits.reset``."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            lock_rows(conn, self.dialect, [job_type])
+            conn.execute(update(type_limits).where(type_limits.c.type == job_type).values(
+                overridden=False, concurrency=None, rate=None, burst=None,
+                updated_at=now, updated_by=actor[:100]))
+            record(conn, now, actor, "type.limits.reset", job_type, {})
+
+    def flow_states(self, types: Sequence[str]) -> dict[str, FlowState]:
+        """Per type: limits in force, running jobs and why a claim would skip it now."""
+        now = self.clock()
+        with self.engine.connect() as conn:
+            rows = {r.type: r for r in conn.execute(ROWS)}
+            limits = in_force(self.configured_limits, list(rows.values()))
+            running = running_counts(conn, list(types))
+            paused = set(conn.execute(select(paused_types.c.type)).scalars())
+        out = {}
+        for t in types:
+            lim = limits.get(t, NONE)
+            tokens = tokens_now(lim, rows.get(t), now)
+            n = running.get(t, 0)
+            why = ("paused" if t in paused else
+                   "concurrency" if lim.concurrency is not None and n >= lim.concurrency else
+                   "rate" if tokens is not None and tokens < 1 else None)
+            out[t] = FlowState(lim, n, why, tokens)
+        return out
