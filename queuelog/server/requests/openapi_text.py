@@ -38,7 +38,7 @@ TAGS: dict[str, tuple[str, str]] = {
              ("listJobs", "getJob")),
     "admin": ("Repair: retry failed or cancelled jobs (admins).", ("retry", "bulkRetry")),
     "types": ("Job types: counts, pause and resume, limits.",
-              ("listTypes", "pauseType", "resumeType", "setLimits", "clearLimits")),
+              ("listTypes", "pauseType", "resumeType", "setTypeLimits", "resetTypeLimits")),
     "schedules": ("Recurring jobs: list, pause, resume, run now.",
                   ("listSchedules", "pauseSchedule", "resumeSchedule", "runSchedule")),
     "workers": ("The worker keys at work and the jobs they hold.", ("listWorkers",)),
