@@ -99,17 +99,27 @@ class Gunicorn:
                 pass
 
 
+# Seconds each request through ``request`` took, by route (ids as {id}): the batch
+# lifecycle's per-call latency, printed as p50 / p99 / max.
+LATENCIES: dict[str, list[float]] = {}
+
+
 def request(port: int, method: str, path: str, body: Any, headers: dict[str, str],
             conn: http.client.HTTPConnection | None = None) -> tuple[int, Any]:
     """One HTTP request; the status and the decoded JSON body (None when empty)."""
     own = conn is None
     conn = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    route = f"{method} {re.sub(r'/[0-9]+', '/{id}', path)}"
+    if isinstance(body, dict) and "max_jobs" in body:
+        route += f" max_jobs={body['max_jobs']}"
+    start = time.perf_counter()
     try:
         data = None if body is None else json.dumps(body)
         conn.request(method, path, body=data, headers={"Content-Type": "application/json",
                                                        **headers})
         resp = conn.getresponse()
         raw = resp.read()
+        LATENCIES.setdefault(route, []).append(time.perf_counter() - start)
         return resp.status, (json.loads(raw) if raw else None)
     finally:
         if own:
@@ -444,6 +454,14 @@ def main() -> None:
     print("| measurement | rate | ratio |\n| --- | --- | --- |")
     for name, rate, ratio in results:
         print(f"| {name} | {rate} | {ratio} |")
+    print("\nper call (Python clients: the batch lifecycle and the drain), ms")
+    print("| route | calls | p50 | p99 | max |\n| --- | --- | --- | --- | --- |")
+    for route, took in sorted(LATENCIES.items()):
+        if len(took) >= 20:  # set-up calls (keys, fills) are not a distribution
+            ordered = sorted(took)
+            p50, p99 = (ordered[min(len(ordered) - 1, int(q * len(ordered)))] for q in (.5, .99))
+            print(f"| {route} | {len(took)} | {p50 * 1e3:.1f} | {p99 * 1e3:.1f} | "
+                  f"{ordered[-1] * 1e3:.1f} |")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import enum
+import functools
 import json
 import random
 from typing import Any, Mapping
@@ -73,6 +74,7 @@ TRANSITIONS: dict[str, tuple[Status, ...]] = {
 FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_NAIVE_EPOCH = dt.datetime(1970, 1, 1)
 
 
 def to_datetime(us: int) -> dt.datetime:
@@ -86,11 +88,18 @@ def from_datetime(value: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@functools.lru_cache(maxsize=64)
+def _label(value: int) -> str:
+    """A stored priority's label, computed once per value, not per job serialized."""
+    return Priority.from_value(value).label
+
+
 def isoformat(us: int | None) -> str | None:
     """Format epoch microseconds as fixed-width ISO 8601 UTC ending in ``Z``."""
     if us is None:
         return None
-    return to_datetime(us).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # Naive datetime.isoformat: a quarter cheaper than strftime, five times per job.
+    return (_NAIVE_EPOCH + dt.timedelta(microseconds=us)).isoformat(timespec="microseconds") + "Z"
 
 
 def backoff_seconds(retry: int, base: float, cap: float,
@@ -184,7 +193,7 @@ class Job:
         """Serialize to the contract's JSON shape, hiding what the reader may not see."""
         out: dict[str, Any] = {
             "id": self.id, "type": self.type, "payload": self.payload,
-            "priority": Priority.from_value(self.priority).label,
+            "priority": _label(self.priority),
             "status": self.status.value, "attempt": self.attempt,
             "retry_count": self.retry_count, "max_retries": self.max_retries,
             "idempotency_key": self.idempotency_key if show_key else None,

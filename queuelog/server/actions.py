@@ -49,8 +49,8 @@ def scope_of(who: Principal) -> Scope:
 # -- what a reader may see ---------------------------------------------------------
 def visible(job: Job, who: Principal) -> Job:
     """The job as ``who`` may see it: no error text at all for non-admins (V-10)."""
-    if who.is_admin:
-        return job
+    if who.is_admin or (job.error is None and job.attempts is None):
+        return job  # nothing to hide: no copy (a claim or complete of a batch, per job)
     attempts = None if job.attempts is None else tuple(
         dataclasses.replace(a, error=None) for a in job.attempts)
     return dataclasses.replace(job, error=None, attempts=attempts)
