@@ -13,6 +13,7 @@ from queuelog.model.problems import ConfigError
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
+from queuelog.server.store.due import Due
 from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
 from queuelog.server.store.enqueue import NewJob
 from queuelog.server.store.queue import Queue
@@ -25,7 +26,7 @@ __all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Ser
            "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Types, Bulk, Audit):
+class Store(Queue, Reads, Stats, Types, Bulk, Audit, Due):
     """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",

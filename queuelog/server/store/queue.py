@@ -52,6 +52,10 @@ class Queue(Enqueue):
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         # Told when a call created or finished jobs (retention purges after such requests).
         self.on_jobs_written: Callable[[], None] = lambda: None
+        # Told after a commit that made jobs claimable (this process's long polls wake;
+        # other processes hear the dialect's notify): see wakeups.py.
+        self.on_claimable: Callable[[], None] = lambda: None
+        self.dialect.watch_claimable(engine, lambda: self.on_claimable())
         self._build()
 
     # -- statements, built once ------------------------------------------------
@@ -300,6 +304,7 @@ class Queue(Enqueue):
                 raise WrongState("Only a failed or cancelled job can be retried.")
             if actor is not None:
                 record(conn, now, actor, "job.retry", str(job_id))
+            self.dialect.notify(conn)
             return Job.from_row(row._mapping)
 
     def purge(self, older_than_us: int, statuses: Sequence[Status] = FINISHED,
@@ -370,6 +375,8 @@ class Queue(Enqueue):
                 n, self.backoff_base, self.backoff_cap, self.rng)
             updated = conn.execute(self._retry_later[own],
                                    {**params, "n": n, "run_at": now + to_us(delay)}).first()
+            if updated is not None:
+                self.dialect.notify(conn)  # due at its run_at: waiting polls time their look
         else:
             updated = conn.execute(self._fail_now[own], params).first()
         if updated is None:
