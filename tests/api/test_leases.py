@@ -226,8 +226,7 @@ def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, w
                                                         monkeypatch):
     # The poll's own looks come a minute apart here: only the enqueue's wake-up can end the
     # wait early, and it does so with exactly one more claim try.
-    monkeypatch.setattr(longpoll, "FIRST_PAUSE", 60.0)
-    monkeypatch.setattr(longpoll, "MAX_PAUSE", 60.0)
+    monkeypatch.setattr(app.extensions["queuelog.longpoll"], "look", 60.0)
     tries: list[int] = []
     real_claim = store.claim_many
     monkeypatch.setattr(store, "claim_many",
