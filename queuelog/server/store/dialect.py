@@ -108,7 +108,13 @@ class Dialect:
                 callback()
                 self._after_commit(engine)
 
-        event.listen(engine, "rollback", lambda conn: conn.info.pop(_CLAIMABLE, None))
+        def rollback(conn: Any) -> None:
+            try:
+                conn.info.pop(_CLAIMABLE, None)
+            except Exception:  # noqa: BLE001 - an invalidated connection: its record is gone
+                pass
+
+        event.listen(engine, "rollback", rollback)
         event.listen(engine, "checkin", checkin)
 
     def listen(self, engine: Engine, ring: Callable[[], None]) -> Any:
