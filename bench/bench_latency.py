@@ -53,7 +53,7 @@ def pct(values: list[float], q: float) -> float:
 
 def drain(worker: Client) -> None:
     """Claim whatever is pending, so that every sample's claim gets its own new job."""
-    while worker.claim(max_jobs=100):
+    while worker.claim(types=[KIND], max_jobs=100):
         pass
 
 
@@ -66,7 +66,7 @@ def claim_samples(producer: Client, worker_url: str, token: str, n: int,
         waiter = Client(worker_url, token)
 
         def poll() -> None:
-            got["job"] = waiter.claim(wait=10)
+            got["job"] = waiter.claim(types=[KIND], wait=10)
             got["at"] = time.perf_counter()
 
         thread = threading.Thread(target=poll)
@@ -127,7 +127,7 @@ def idle_cpu(servers: list[Server], worker_url: str, token: str) -> float:
     def poll() -> None:
         waiter = Client(worker_url, token)
         while not stop.is_set():
-            waiter.claim(wait=5)
+            waiter.claim(types=[KIND], wait=5)
 
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
@@ -186,15 +186,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--pg-url", default=os.environ.get("QUEUELOG_TEST_DATABASE_URL"))
+    parser.add_argument("--only-pg", action="store_true", help="the PostgreSQL row alone")
     opts = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        one = f"sqlite:///{folder}/one.sqlite3"
-        rows.append(run_row("one process (`gunicorn -w 1`), SQLite", one, folder,
-                            [(1, ())], opts.samples))
-        two = f"sqlite:///{folder}/two.sqlite3"
-        rows.append(run_row("`gunicorn -w 2 --reuse-port`, SQLite", two, folder,
-                            [(2, ("--reuse-port",))], opts.samples))
+        if not opts.only_pg:
+            one = f"sqlite:///{folder}/one.sqlite3"
+            rows.append(run_row("one process (`gunicorn -w 1`), SQLite", one, folder,
+                                [(1, ())], opts.samples))
+            two = f"sqlite:///{folder}/two.sqlite3"
+            rows.append(run_row("`gunicorn -w 2 --reuse-port`, SQLite", two, folder,
+                                [(2, ("--reuse-port",))], opts.samples))
         if opts.pg_url:
             rows.append(run_row("two app servers, one PostgreSQL", opts.pg_url, folder,
                                 [(1, ()), (1, ())], opts.samples))
