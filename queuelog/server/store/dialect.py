@@ -300,7 +300,7 @@ class PostgresDialect(Dialect):
 
 
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
-_NOTIFY = text(f"SELECT pg_notify('{listen.CHANNEL}', '')")
+_NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
 _BY_NAME: dict[str, Dialect] = {d.name: d for d in (SQLiteDialect(), PostgresDialect())}
 
 

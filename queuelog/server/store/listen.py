@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable
 
 CHANNEL = "queuelog_claimable"   # the NOTIFY channel every app server listens on
+_LISTEN = "LISTEN queuelog_claimable"  # a constant statement: no text built from a value
 RECONNECT_FIRST = 0.05           # seconds before the first reconnect, doubling ...
 RECONNECT_MAX = 5.0              # ... up to this
 MAX_SUN_PATH = 100               # AF_UNIX paths end near 108 bytes; longer go via /proc
@@ -53,7 +54,7 @@ class PgListener:
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10,
                                keepalives=1, keepalives_idle=30, keepalives_interval=10,
                                keepalives_count=3, application_name="queuelog-listen")
-        conn.execute(f"LISTEN {CHANNEL}")
+        conn.execute(_LISTEN)
         return conn
 
     def _run(self) -> None:
