@@ -54,8 +54,9 @@ class Server:
     """gunicorn serving ``app:app`` on a free loopback port, in its own process group."""
 
     def __init__(self, db_url: str, log_path: str, *, workers: int = 4, threads: int = 4,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
         self.db_url = db_url
+        self.args = args  # more gunicorn options (e.g. --reuse-port)
         self.log_path = log_path
         self.workers = workers
         self.threads = threads
@@ -74,7 +75,7 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-w", str(self.workers), "-k", "gthread",
              "--threads", str(self.threads), "-b", f"127.0.0.1:{self.port}",
-             "--graceful-timeout", "2", "app:app"],
+             "--graceful-timeout", "2", *self.args, "app:app"],
             cwd=ROOT, env=env, stdout=log, stderr=log, start_new_session=True)
         log.close()
         deadline = time.monotonic() + 30

@@ -3,7 +3,7 @@
 Each verb authorizes (a key's types and max priority, the revoked-key re-check, who may
 retry or cancel what, admins only), calls the store (which writes an audit event, when the
 verb is audited, in the change's own transaction), wakes long polls when jobs may have
-become due (``longpoll.wake``), and counts its events for the metrics, so the single and
+become due (the store's verbs notify every process: wakeups.py), and counts its events for the metrics, so the single and
 the batch routes count alike. The API, the dashboard and the command line all call these,
 so a rule is written once. The command line acts as ``cli``.
 """
@@ -22,7 +22,7 @@ from queuelog.model.problems import (Conflict, Forbidden, JobNotFound, QueuelogE
                                      ValidationFailed)
 from queuelog.server import metrics
 from queuelog.server.auth import Principal, is_system_name
-from queuelog.server.longpoll import PollResult, long_polls, wake
+from queuelog.server.longpoll import PollResult, long_polls
 from queuelog.server.sanitize import sanitize_error
 from queuelog.server.store import (ALL, ApiKey, Event, NewJob, Page, Scope, TypeSummary,
                                    get_store)
@@ -77,8 +77,7 @@ def enqueue(who: Principal, new: NewJob) -> tuple[Job, bool]:
     if refusals:
         raise Forbidden(refusals[0]["detail"])
     job, created = get_store().enqueue(_own(who, new))
-    if created:  # a replay is no new job: no wake-up, no count
-        wake()
+    if created:  # a replay is no new job: no count (and the store woke no one)
         metrics.jobs_enqueued(job.type)
     return job, created
 
@@ -93,8 +92,6 @@ def enqueue_many(who: Principal, news: Sequence[NewJob]) -> tuple[list[Job], lis
     jobs, replayed = get_store().enqueue_many([_own(who, new) for new in news])
     skip = set(replayed)
     fresh = Counter(job.type for i, job in enumerate(jobs) if i not in skip)
-    if fresh:
-        wake()
     for job_type, n in fresh.items():
         metrics.jobs_enqueued(job_type, n)
     return jobs, replayed
@@ -148,10 +145,7 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
 
     def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        got = store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
-        if got.freed:
-            wake()  # a lease taken back frees a concurrency slot for other waiting claims
-        return got
+        return store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
 
     def still_wanted() -> bool:
         # A key revoked while its claim waits must not get a job it could never complete,
@@ -159,7 +153,14 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
         return connected() and who.token is not None \
             and store.accounts.key_for_token(who.token) is not None
 
-    return long_polls().claim(try_claim, wait, still_wanted)
+    def next_due() -> float | None:
+        # A delayed job is claimed at its run_at, not at the next safety-net look.
+        return store.next_due_in(types if types is not None
+                                 else list(current_app.config["JOB_TYPES"]))
+
+    got = long_polls().claim(try_claim, wait, still_wanted, next_due)
+    metrics.long_poll_waited(got.waited)  # a claim's time in the histogram is its work
+    return got
 
 
 def heartbeat(who: Principal, job_id: int, attempt: int, *,
@@ -209,23 +210,17 @@ def _sanitizer() -> Callable[[str], str]:
 
 
 def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
-    """Count the attempts that ended (a retried fail is a ``failed`` attempt too), and
-    wake long polls if one went back to pending: it is due once its backoff is over."""
-    jobs = [got for got in done if isinstance(got, Job)]
-    for job in jobs:
-        metrics.attempt_finished(job.type, outcome)
-    slots = get_store().slot_types  # an ended attempt of these frees a concurrency slot
-    if any(job.status is Status.PENDING or job.type in slots for job in jobs):
-        wake()
+    """Count the attempts that ended (a retried fail is a ``failed`` attempt too)."""
+    for job in done:
+        if isinstance(job, Job):
+            metrics.attempt_finished(job.type, outcome)
 
 
 # -- jobs -------------------------------------------------------------------------------
 def retry(who: Principal, job_id: int) -> Job:
     """Admin: a failed or cancelled job back to pending with fresh retries (audited)."""
     _admin(who)
-    job = get_store().retry(job_id, actor=who.name)
-    wake()
-    return job
+    return get_store().retry(job_id, actor=who.name)
 
 
 def cancel(who: Principal, job_id: int) -> Job:
@@ -240,11 +235,8 @@ def bulk_retry(who: Principal, *, ids: Sequence[int] | None = None,
                type: str | None = None, priority: int | None = None) -> int:
     """Admin: retry every failed or cancelled job matching, in bounded transactions."""
     _admin(who)
-    count = get_store().bulk_retry(who.name, ids=ids, statuses=statuses, type=type,
-                                   priority=priority)
-    if count:
-        wake()
-    return count
+    return get_store().bulk_retry(who.name, ids=ids, statuses=statuses, type=type,
+                                  priority=priority)
 
 
 def bulk_cancel(who: Principal, *, ids: Sequence[int] | None = None, type: str | None = None,
@@ -276,8 +268,6 @@ def set_paused(who: Principal, job_type: str, paused: bool, types: Sequence[str]
         raise JobNotFound(f"No job type {job_type!r} is configured.")
     store = get_store()
     store.set_paused(job_type, paused, who.name)
-    if not paused:
-        wake()  # its due jobs can be claimed again
     return store.type_summaries([job_type], cap)[0]
 
 
@@ -292,7 +282,6 @@ def set_limits(who: Principal, job_type: str, fields: dict[str, Any], types: Seq
     except ValueError as exc:  # a burst without a rate in force
         raise ValidationFailed(f"burst: {exc}", errors=[{"field": "burst",
                                                          "detail": f"{exc}."}]) from None
-    wake()  # a raised limit may make due jobs claimable
     return get_store().type_summaries([job_type], cap)[0]
 
 
@@ -301,7 +290,6 @@ def reset_limits(who: Principal, job_type: str, types: Sequence[str], cap: int) 
     _admin(who)
     _configured(job_type, types)
     get_store().reset_limits(job_type, who.name)
-    wake()
     return get_store().type_summaries([job_type], cap)[0]
 
 

@@ -33,6 +33,7 @@ DEFAULTS: dict[str, Any] = {
     "PASSWORD_HASH_WAIT_SECONDS": 0.1,  # a sign-in waits this long for a slot, then 429
     "PROXY_COUNT": 0,            # reverse proxies in front whose X-Forwarded-For/-Proto count
     "LONG_POLL_SLOTS": 4,        # claims that may wait at once, per process
+    "LONG_POLL_LOOK_SECONDS": 1,  # a waiting claim's safety-net look (wake-ups come first)
     "MAX_BATCH": 500,            # items in one batch request
     # Automatic retention (retention.py): off until a status is given a duration.
     "RETENTION_COMPLETED": None,
@@ -60,6 +61,7 @@ WHOLE_NUMBERS: dict[str, tuple[int, int]] = {
     "PASSWORD_HASH_SLOTS": (1, 1024),
     "PROXY_COUNT": (0, 10),
     "LONG_POLL_SLOTS": (0, 10_000),         # 0: no claim waits (each answers at once)
+    "LONG_POLL_LOOK_SECONDS": (1, 3600),
     "MAX_BATCH": (1, 100_000),
 }
 

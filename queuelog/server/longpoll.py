@@ -1,8 +1,11 @@
 """Long polls: a claim that waits for a job, within a per-process budget of threads.
 
-One ``LongPolls`` per app (per gunicorn worker process) holds the bell that enqueues ring,
-the slots (``LONG_POLL_SLOTS``) that bound how many threads may wait at once, and the
-shutdown flag that ends every open poll when the process stops.
+One ``LongPolls`` per app (per gunicorn worker process) holds the bell, the slots
+(``LONG_POLL_SLOTS``) that bound how many threads may wait at once, and the shutdown flag
+that ends every open poll when the process stops. The bell is rung by whatever makes a job
+claimable, in this process or any other (wakeups.py); a waiting poll also looks when the
+next delayed job comes due, and every ``LONG_POLL_LOOK_SECONDS`` as a safety net (a lost
+wake-up must not strand a job).
 """
 from __future__ import annotations
 
@@ -18,10 +21,10 @@ from flask import Flask, current_app
 
 T = TypeVar("T")
 
-# Enqueues in this process ring the bell; those of other processes (or a run_at coming due)
-# are found by the next look, FIRST_PAUSE after the first and at most MAX_PAUSE apart.
-FIRST_PAUSE = 0.05
+# The safety net's default: a poll looks at least this often, wake-up or not.
 MAX_PAUSE = 1.0
+# A look timed by a run_at comes this much after it, so the job is due when it looks.
+DUE_MARGIN = 0.001
 # How often the shutdown watcher looks at gunicorn's worker: the stop's extra latency.
 WATCH_EVERY = 0.1
 # What a claim turned away for want of a slot is told: look again in a second.
@@ -57,14 +60,19 @@ class PollResult(Generic[T]):
 
     jobs: Sequence[T]
     retry_after: int | None = None   # set when no slot was free: "look again in a second"
+    waited: float = 0.0              # seconds spent asleep (left out of the request's time)
 
 
 class LongPolls:
     """The bell, the slots and the shutdown flag of one process's long polls."""
 
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, look: float = MAX_PAUSE) -> None:
         self.bell = Wakeup()
         self.slots = slots
+        self.look = look                 # the safety net: seconds between looks at most
+        # Called before a poll that may wait first looks: starts this process's listener
+        # (wakeups.py), so nothing committed after that look goes unheard.
+        self.before_wait: Callable[[], None] = lambda: None
         self._free = threading.BoundedSemaphore(slots) if slots > 0 else None
         self.stopping = False
         self.waiting = 0            # polls holding a slot now (tests, metrics)
@@ -73,14 +81,18 @@ class LongPolls:
         self._watcher_lock = threading.Lock()
 
     def claim(self, try_claim: Callable[[], Sequence[T]], wait: float,
-              still_allowed: Callable[[], bool]) -> PollResult[T]:
+              still_allowed: Callable[[], bool],
+              next_due: Callable[[], float | None] = lambda: None) -> PollResult[T]:
         """Claim now; if nothing is due, look again until ``wait`` runs out.
 
         ``try_claim`` claims and returns what it got (a list: one job, or up to
         ``max_jobs``). ``still_allowed`` is asked before every later look: once it says no
         (the key was revoked while it waited) the poll ends with nothing and claims no more.
+        ``next_due`` says in how many seconds the next delayed job it may claim comes due.
         """
         deadline = time.monotonic() + wait
+        if wait > 0 and not self.stopping:
+            self.before_wait()
         seen = self.bell.count
         jobs = try_claim()
         if jobs or wait <= 0 or self.stopping:
@@ -93,30 +105,36 @@ class LongPolls:
             self.waiting += 1
         try:
             self._watch_for_shutdown()
-            return self._wait(try_claim, deadline, seen, still_allowed, _due_in(jobs))
+            return self._wait(try_claim, deadline, seen, still_allowed, next_due, _due_in(jobs))
         finally:
             with self._count_lock:
                 self.waiting -= 1
             self._free.release()
 
     def _wait(self, try_claim: Callable[[], Sequence[T]], deadline: float, seen: int,
-              still_allowed: Callable[[], bool], due_in: float | None) -> PollResult[T]:
-        pause = FIRST_PAUSE
+              still_allowed: Callable[[], bool], next_due: Callable[[], float | None],
+              token_in: float | None) -> PollResult[T]:
+        waited = 0.0
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return PollResult(())
-            # A rate-limited type's next token: look again exactly when it comes.
-            nap = pause if due_in is None else min(pause, due_in)
-            self.bell.wait_after(seen, min(nap, remaining))
+                return PollResult((), waited=waited)
+            pause = min(self.look, remaining)
+            # After the look that found nothing: a delayed job due later, or a rate-limited
+            # type's next token? Look again exactly then.
+            for due_in in (next_due(), token_in):
+                if due_in is not None:
+                    pause = min(pause, due_in + DUE_MARGIN)
+            began = time.monotonic()
+            self.bell.wait_after(seen, pause)
+            waited += time.monotonic() - began
             if self.stopping or not still_allowed():
-                return PollResult(())
+                return PollResult((), waited=waited)
             seen = self.bell.count
             jobs = try_claim()
             if jobs:
-                return PollResult(jobs)
-            due_in = _due_in(jobs)
-            pause = min(pause * 2, MAX_PAUSE)
+                return PollResult(jobs, waited=waited)
+            token_in = _due_in(jobs)
 
     def stop(self) -> None:
         """The process is stopping: every open poll answers now, and new ones do not wait."""
@@ -171,7 +189,8 @@ def _gunicorn_worker() -> Any | None:
 
 def init_app(app: Flask) -> LongPolls:
     """Give the app its long polls, sized by ``LONG_POLL_SLOTS``."""
-    polls = LongPolls(int(app.config["LONG_POLL_SLOTS"]))
+    polls = LongPolls(int(app.config["LONG_POLL_SLOTS"]),
+                      look=float(app.config["LONG_POLL_LOOK_SECONDS"]))
     app.extensions["queuelog.longpoll"] = polls
     return polls
 
@@ -180,7 +199,3 @@ def long_polls() -> LongPolls:
     """The current app's long polls."""
     return current_app.extensions["queuelog.longpoll"]  # type: ignore[no-any-return]
 
-
-def wake() -> None:
-    """Wake this process's long polls: a job may have become due (actions call this)."""
-    long_polls().bell.ring()

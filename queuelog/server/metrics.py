@@ -8,7 +8,10 @@ Two kinds, as the contract's table says:
 - **Counters and the request histogram** count events in the process that saw them. Under
   gunicorn each worker is a process: with ``PROMETHEUS_MULTIPROC_DIR`` set (before start),
   prometheus_client keeps them in memory-mapped files there, and a scrape of any worker
-  sums every worker's files. Without it (one process, the tests), they live in memory.
+  sums every worker's files. The project's ``gunicorn.conf.py`` (which gunicorn reads from
+  the working directory) sets it up when the operator has not. Without it (one process,
+  ``queuelog run``, the tests), they live in memory.
+- A claim's time in the histogram is its work: the time its long poll slept is left out.
 
 The event functions (``jobs_enqueued``, ``attempt_finished``) are one-liners for the code
 where the event happens to call.
@@ -35,7 +38,8 @@ ENQUEUED = Counter("queuelog_jobs_enqueued", "Jobs enqueued (idempotent replays 
                    ["type"], registry=_PROCESS)
 ATTEMPTS = Counter("queuelog_attempts_finished", "Attempts that ended, by outcome.",
                    ["type", "outcome"], registry=_PROCESS)
-# Long polls wait up to 30 s, so the buckets reach past it.
+# A long poll's sleep is left out (long_poll_waited), but a slow request may still take
+# seconds: the buckets reach past a minute.
 REQUESTS = Histogram("queuelog_http_request_duration_seconds",
                      "Time to answer an HTTP request, by method, URL rule and status.",
                      ["method", "route", "status"], registry=_PROCESS,
@@ -53,6 +57,12 @@ def jobs_enqueued(job_type: str, n: int = 1) -> None:
 def attempt_finished(job_type: str, outcome: str) -> None:
     """Count an attempt that ended: ``completed``, ``failed`` or ``lease_expired``."""
     ATTEMPTS.labels(job_type, outcome).inc()
+
+
+def long_poll_waited(seconds: float) -> None:
+    """Leave ``seconds`` of sleep in a long poll out of this request's observed time."""
+    if seconds > 0:
+        g.queuelog_waited = g.get("queuelog_waited", 0.0) + seconds
 
 
 def multiprocess_dir() -> str | None:
@@ -178,6 +188,6 @@ def _observe(response: Response) -> Response:
     if started is not None:
         rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
         method = request.method if request.method in METHODS else "other"
-        REQUESTS.labels(method, rule, str(response.status_code)).observe(
-            time.perf_counter() - started)
+        took = time.perf_counter() - started - g.get("queuelog_waited", 0.0)
+        REQUESTS.labels(method, rule, str(response.status_code)).observe(max(0.0, took))
     return response

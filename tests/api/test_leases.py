@@ -10,7 +10,6 @@ from sqlalchemy import text
 
 from helpers import claim, enqueue
 from queuelog import create_app
-from queuelog.server import longpoll
 from queuelog.server.longpoll import Wakeup
 from queuelog.model.problems import QueuelogError
 from queuelog.model.jobs import isoformat
@@ -221,8 +220,7 @@ def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, w
                                                         monkeypatch):
     # The poll's own looks come a minute apart here: only the enqueue's wake-up can end the
     # wait early, and it does so with exactly one more claim try.
-    monkeypatch.setattr(longpoll, "FIRST_PAUSE", 60.0)
-    monkeypatch.setattr(longpoll, "MAX_PAUSE", 60.0)
+    monkeypatch.setattr(app.extensions["queuelog.longpoll"], "look", 60.0)
     tries: list[int] = []
     real_claim = store.claim_many
     monkeypatch.setattr(store, "claim_many",

@@ -117,8 +117,8 @@ def test_a_key_revoked_while_its_claim_waits_never_gets_a_job(app, client, store
 
 def test_a_revoked_key_stops_waiting_without_anyenqueue(app, store, worker, monkeypatch):
     """No bell: the next look (the fallback poll) sees the key gone and ends the wait."""
-    monkeypatch.setattr(longpoll, "MAX_PAUSE", 0.2)
     polls: LongPolls = app.extensions["queuelog.longpoll"]
+    monkeypatch.setattr(polls, "look", 0.2)
     answers: list[Any] = []
     began = time.monotonic()
     thread = _polling(app, worker, 20, answers)

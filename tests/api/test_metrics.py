@@ -229,14 +229,16 @@ def per_process(folder: pathlib.Path, name: str, **labels: str) -> list[float]:
 @pytest.mark.slow
 @SQLITE_ONLY  # the summing is prometheus_client's, not SQL
 def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> None:
-    """Counters live in each worker; any worker's scrape reports the sum over all of them."""
-    folder = tmp_path / "prom"
-    folder.mkdir()
+    """Counters live in each worker; any worker's scrape reports the sum over all of them,
+    with no setting: the shipped gunicorn.conf.py makes the multiprocess directory."""
     keys = make_keys(db_url, {"producer": "producer", "prom": "metrics"})
+    assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
+    # TMPDIR only so the test can find the directory gunicorn.conf.py makes (mkdtemp).
     server = Server(db_url, str(tmp_path / "server.log"), workers=3, threads=2,
-                    env={"PROMETHEUS_MULTIPROC_DIR": str(folder)}).start()
+                    env={"TMPDIR": str(tmp_path)}).start()
     sent = 0
     try:
+        [folder] = tmp_path.glob("queuelog-metrics-*")
         # Concurrent clients, a new connection per request: the workers share the accepts.
         lock = threading.Lock()
 
@@ -273,4 +275,4 @@ def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> Non
             assert value(got, "queuelog_jobs", status="pending", type="email") == sent
     finally:
         server.stop()
-    assert os.listdir(folder)
+    assert not folder.exists()  # on_exit removed the directory it made

@@ -14,6 +14,7 @@ from queuelog.model.limits import from_options
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
+from queuelog.server.store.due import Due
 from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
 from queuelog.server.store.enqueue import NewJob
 from queuelog.server.store.limits import FlowState, TypeLimits
@@ -27,9 +28,9 @@ __all__ = ["ALL", "Accounts", "ApiKey", "Event", "FlowState", "NewJob", "Page", 
            "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Types, TypeLimits, Bulk, Audit):
-    """Job verbs, reads, types, limits, bulk, audit, ``accounts`` (keys, users): one engine
-    and clock."""
+class Store(Queue, Reads, Stats, Types, TypeLimits, Bulk, Audit, Due):
+    """Job verbs, reads, types, limits, bulk, audit, due times, ``accounts`` (keys, users):
+    one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,

@@ -113,6 +113,8 @@ class Bulk:
             changed = conn.execute(update(jobs).where(jobs.c.id.in_(found), state)
                                    .values(**values), {"now": now}).rowcount
             tally.add(conn, now, changed)
+            if changed and values["status"] == Status.PENDING.value:
+                self.dialect.notify(conn)  # a bulk retry: one wake-up per batch
         return changed, len(found), max(found)
 
 

@@ -8,8 +8,9 @@ still built once, at store set-up, so the claim path pays nothing for the indire
 """
 from __future__ import annotations
 
+import os
 import time
-from typing import Any
+from typing import Any, Callable
 
 from sqlalchemy import (ColumnElement, Engine, Select, TextClause, any_, bindparam, create_engine,
                         event, func, text)
@@ -18,11 +19,14 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
 
 from queuelog.model.problems import ConfigError
+from queuelog.server.store import listen
 
 POOL = {"pool_size": 10, "max_overflow": 20}
 MIN_PAUSE = 0.002  # seconds; see SQLiteDialect.yield_lock
 # Any fixed numbers, the same in every process: pg_advisory_xact_lock's keys.
 MIGRATE_LOCK = 7262017
+# Set on a connection by ``notify``; what the commit then tells (see ``watch_claimable``).
+_CLAIMABLE = "queuelog.claimable"
 NAMES_LOCK = 7262018  # API key and user names share one name space
 
 
@@ -88,6 +92,47 @@ class Dialect:
         """An INSERT that skips a row whose key exists (ON CONFLICT DO NOTHING)."""
         raise NotImplementedError
 
+    # -- wake-ups: "a job may have become claimable", to every process ------------------
+    def notify(self, conn: Any) -> None:
+        """Within ``conn``'s transaction: jobs may have become claimable. Told at commit
+        to this process (``watch_claimable``) and to every other; once per transaction
+        however often called (a batch of 500 is one wake-up). The one call every store
+        verb makes that makes a job claimable (enqueue, fail back, retry, resume, a lease
+        taken back; a freed slot or refilled rate likewise)."""
+        if conn.info.get(_CLAIMABLE):
+            return
+        conn.info[_CLAIMABLE] = True
+        self._notify_others(conn)
+
+    def _notify_others(self, conn: Any) -> None:
+        """Tell other processes, within the transaction (PostgreSQL); else at commit."""
+
+    def _after_commit(self, engine: Engine) -> None:
+        """Tell other processes after a commit that notified (SQLite)."""
+
+    def watch_claimable(self, engine: Engine, callback: Callable[[], None]) -> None:
+        """Call ``callback`` after each commit on ``engine`` whose transaction notified."""
+        # A connection goes back to the pool only after its commit (or rollback): so the
+        # check-in is "after commit" for Core's engine.begin() blocks. A rollback forgets.
+        def checkin(_dbapi_conn: Any, record: Any) -> None:
+            if record is not None and record.info.pop(_CLAIMABLE, False):
+                callback()
+                self._after_commit(engine)
+
+        def rollback(conn: Any) -> None:
+            try:
+                conn.info.pop(_CLAIMABLE, None)
+            except Exception:  # noqa: BLE001 - an invalidated connection: its record is gone
+                pass
+
+        event.listen(engine, "rollback", rollback)
+        event.listen(engine, "checkin", checkin)
+
+    def listen(self, engine: Engine, ring: Callable[[], None]) -> Any:
+        """Start hearing other processes' wake-ups (a thread that calls ``ring``), or
+        None where there is nothing to hear (an in-memory database)."""
+        return None
+
 
 class SQLiteDialect(Dialect):
     """SQLite: WAL, one writer at a time (BEGIN IMMEDIATE), indexes pinned by INDEXED BY."""
@@ -149,6 +194,25 @@ class SQLiteDialect(Dialect):
     def insert_ignore(self, table: Any) -> Any:
         """SQLite's INSERT ... ON CONFLICT DO NOTHING."""
         return sqlite_dialect.insert(table).on_conflict_do_nothing()
+
+    def _after_commit(self, engine: Engine) -> None:
+        """One datagram to every other process's socket beside the database file."""
+        folder = _wake_folder(engine)
+        if folder is not None:
+            listen.send_all(folder)
+
+    def listen(self, engine: Engine, ring: Callable[[], None]) -> Any:
+        """A datagram socket of this process in the database's wake folder."""
+        folder = _wake_folder(engine)
+        return None if folder is None else listen.SocketListener(folder, ring)
+
+
+def _wake_folder(engine: Engine) -> str | None:
+    """``<database file>-wake``: the processes that share a file share its folder."""
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return os.path.abspath(database) + "-wake"
 
 
 # The claim's walk; ``typed`` and ``policy`` are SQL from this package (never a value):
@@ -239,6 +303,16 @@ class PostgresDialect(Dialect):
         """PostgreSQL's INSERT ... ON CONFLICT DO NOTHING."""
         return postgresql_dialect.insert(table).on_conflict_do_nothing()
 
+    def _notify_others(self, conn: Any) -> None:
+        """pg_notify in the transaction: delivered to every LISTEN at commit, or never."""
+        conn.execute(_NOTIFY)
+
+    def listen(self, engine: Engine, ring: Callable[[], None]) -> Any:
+        """One LISTEN connection (psycopg, outside the pool), read in a thread."""
+        conninfo = engine.url.set(drivername="postgresql").render_as_string(
+            hide_password=False)
+        return listen.PgListener(conninfo, ring)
+
     def in_subquery(self, column: Any, query: Any) -> ColumnElement[bool]:
         """``= ANY(ARRAY(...))``: an InitPlan, run once.
 
@@ -249,6 +323,7 @@ class PostgresDialect(Dialect):
 
 
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
+_NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
 _BY_NAME: dict[str, Dialect] = {d.name: d for d in (SQLiteDialect(), PostgresDialect())}
 
 

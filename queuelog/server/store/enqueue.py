@@ -12,6 +12,7 @@ from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.jobs import Job, Status
 from queuelog.model.problems import Conflict, IdempotencyMismatch
+from queuelog.server.store.dialect import Dialect
 from queuelog.server.store.engine import Clock, to_us
 from queuelog.server.store.tables import jobs
 
@@ -44,6 +45,7 @@ class Enqueue:
 
     _write: Engine
     clock: Clock
+    dialect: Dialect
     on_jobs_written: Callable[[], None]
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
@@ -60,6 +62,7 @@ class Enqueue:
                                     "This idempotency key was used for a different request.")
                             return Job.from_row(row._mapping), False
                     row = conn.execute(_INSERT, self._values(new, self.clock())).one()
+                    self.dialect.notify(conn)
                     self.on_jobs_written()
                     return Job.from_row(row._mapping), True
             except IntegrityError:
@@ -117,6 +120,7 @@ class Enqueue:
             rows = conn.execute(_INSERT_MANY, [self._values(news[i], now) for i in fresh])
             for i, row in zip(fresh, rows):
                 out[i] = Job.from_row(row._mapping)
+            self.dialect.notify(conn)  # one wake-up for the whole batch
             self.on_jobs_written()
         return [job for job in out if job is not None], replayed
 

@@ -124,6 +124,7 @@ class TypeLimits:
                 updated_at=now, updated_by=actor[:100]))
             record(conn, now, actor, "type.limits", job_type, {
                 "concurrency": new.concurrency, "rate": new.rate, "burst": new.burst})
+            self.dialect.notify(conn)  # a raised limit may make due jobs claimable
 
     def reset_limits(self, job_type: str, actor: str) -> None:
         """Back to the configured limits; audited as ``type.limits.reset``."""
@@ -133,6 +134,7 @@ class TypeLimits:
             conn.execute(update(type_limits).where(type_limits.c.type == job_type).values(
                 overridden=False, concurrency=None, rate=None, burst=None,
                 updated_at=now, updated_by=actor[:100]))
+            self.dialect.notify(conn)
             record(conn, now, actor, "type.limits.reset", job_type, {})
 
     def flow_states(self, types: Sequence[str]) -> dict[str, FlowState]:

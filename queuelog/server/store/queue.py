@@ -36,7 +36,6 @@ class Claimed(list[Job]):
     """The jobs a claim got, with what a waiting claim needs to know when it got none."""
 
     next_due_in: float | None = None  # seconds until a skipped type's next token comes
-    freed: bool = False               # a lease was taken back: waiting claims may look again
 
 
 class Queue(Enqueue):
@@ -65,6 +64,10 @@ class Queue(Enqueue):
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         # Told when a call created or finished jobs (retention purges after such requests).
         self.on_jobs_written: Callable[[], None] = lambda: None
+        # Told after a commit that made jobs claimable (this process's long polls wake;
+        # other processes hear the dialect's notify): see wakeups.py.
+        self.on_claimable: Callable[[], None] = lambda: None
+        self.dialect.watch_claimable(engine, lambda: self.on_claimable())
         self._build()
 
     # -- statements, built once ------------------------------------------------
@@ -178,7 +181,7 @@ class Queue(Enqueue):
         with self._write.begin() as conn:
             now = self.clock()
             out = Claimed()
-            out.freed = self._expire_leases(conn, now)
+            self._expire_leases(conn, now)
             params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
                                       "lease_us": _us_or_none(lease_seconds)}
             if types is not None:
@@ -269,6 +272,7 @@ class Queue(Enqueue):
             if ended:
                 conn.execute(self._attempt_end, ended)
                 self.on_jobs_written()
+                self._freed(conn, out)
             return out
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
@@ -280,7 +284,9 @@ class Queue(Enqueue):
         conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
                                          "outcome": Outcome.COMPLETED.value, "error": None})
         self.on_jobs_written()
-        return Job.from_row(row._mapping)
+        job = Job.from_row(row._mapping)
+        self._freed(conn, [job])
+        return job
 
     def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
              retry: bool = True, retry_in: float | None = None,
@@ -344,6 +350,7 @@ class Queue(Enqueue):
                 raise WrongState("Only a failed or cancelled job can be retried.")
             if actor is not None:
                 record(conn, now, actor, "job.retry", str(job_id))
+            self.dialect.notify(conn)
             return Job.from_row(row._mapping)
 
     def purge(self, older_than_us: int, statuses: Sequence[Status] = FINISHED,
@@ -389,16 +396,13 @@ class Queue(Enqueue):
         return _refusal(conn.execute(self._by_id, {"jid": job_id}).first(), job_id, worker,
                         attempt)
 
-    def _expire_leases(self, conn: Connection, now: int) -> bool:
-        """Take back expired leases; True if any did (a slot may have freed)."""
-        took = False
+    def _expire_leases(self, conn: Connection, now: int) -> None:
+        """Take back expired leases (each ended attempt notifies as ``_end_attempt`` does)."""
         for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
                                     LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
             if job is not None:
-                took = True
                 self.on_lease_expired(job.type)
-        return took
 
     def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
                      outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,
@@ -418,6 +422,8 @@ class Queue(Enqueue):
                 n, self.backoff_base, self.backoff_cap, self.rng)
             updated = conn.execute(self._retry_later[own],
                                    {**params, "n": n, "run_at": now + to_us(delay)}).first()
+            if updated is not None:
+                self.dialect.notify(conn)  # due at its run_at: waiting polls time their look
         else:
             updated = conn.execute(self._fail_now[own], params).first()
         if updated is None:
@@ -426,7 +432,16 @@ class Queue(Enqueue):
             return None
         conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
                                          "outcome": outcome.value, "error": error})
-        return Job.from_row(updated._mapping)
+        job = Job.from_row(updated._mapping)
+        self._freed(conn, [job])
+        return job
+
+    def _freed(self, conn: Connection, ended: Sequence[Job | QueuelogError]) -> None:
+        """An ended attempt of a concurrency-limited type frees a slot: in this transaction,
+        tell every waiting claim (the one wake-up mechanism, as for a new job)."""
+        if self.slot_types and any(isinstance(job, Job) and job.type in self.slot_types
+                                   for job in ended):
+            self.dialect.notify(conn)
 
 
 def _refusal(row: Any, job_id: int, worker: str, attempt: int) -> QueuelogError:

@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from queuelog.model.jobs import Outcome, Status
 from queuelog.model.problems import Conflict
 from queuelog.server.store.audit import record
+from queuelog.server.store.dialect import Dialect
 from queuelog.server.store.engine import Clock
 from queuelog.server.store.limits import FlowState
 from queuelog.server.store.reads import status_is
@@ -69,6 +70,7 @@ class Types:
 
     engine: Engine
     clock: Clock
+    dialect: Dialect
     _write: Engine
 
     # -- job types ---------------------------------------------------------------
@@ -121,6 +123,7 @@ class Types:
                             type=job_type, paused_at=now, paused_by=actor[:100]))
                     elif not paused and exists is not None:
                         conn.execute(paused_types.delete().where(paused_types.c.type == job_type))
+                        self.dialect.notify(conn)  # its due jobs can be claimed again
                     record(conn, now, actor, "type.pause" if paused else "type.resume", job_type,
                            {"changed": (exists is None) == paused})
                     return

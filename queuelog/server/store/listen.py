@@ -1,0 +1,156 @@
+"""Hearing other processes: "a job may have become claimable", across processes and servers.
+
+Two listeners, one per database (``Dialect.listen`` picks):
+
+- ``PgListener``: one ``LISTEN`` connection per process (psycopg 3), read by a daemon
+  thread; the store's writers ``NOTIFY`` in their transactions, so it hears every app
+  server on the database. A lost connection is reconnected with backoff, and then the
+  bell rings once: notifications sent while it was away are lost, so the polls look.
+- ``SocketListener``: SQLite has no NOTIFY. Each process binds a Unix datagram socket in a
+  folder beside the database file (``<db>-wake/``, 0700); a writer sends one byte to every
+  socket there after its commit (``send_all``). Chosen over ``PRAGMA data_version``
+  polling: it costs an idle server nothing (a blocked ``recv``), while polling every few
+  milliseconds (for a 10 ms p50) keeps a thread and a connection busy in every process.
+
+A listener only rings the bell; the long poll's look decides what is due.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import secrets
+import socket
+import threading
+import time
+from typing import Any, Callable
+
+CHANNEL = "queuelog_claimable"   # the NOTIFY channel every app server listens on
+_LISTEN = "LISTEN queuelog_claimable"  # a constant statement: no text built from a value
+RECONNECT_FIRST = 0.05           # seconds before the first reconnect, doubling ...
+RECONNECT_MAX = 5.0              # ... up to this
+MAX_SUN_PATH = 100               # AF_UNIX paths end near 108 bytes; longer go via /proc
+
+Ring = Callable[[], None]
+
+
+class PgListener:
+    """One LISTEN connection, read in a daemon thread; reconnects, then rings once."""
+
+    def __init__(self, conninfo: str, ring: Ring) -> None:
+        self.conninfo = conninfo
+        self.ring = ring
+        self.conn: Any = None
+        self.reconnects = 0   # how often the connection was made again (tests)
+        with contextlib.suppress(Exception):
+            # In the caller's thread, so LISTEN is in force before the poll's first look;
+            # a database that does not answer now is retried by the thread.
+            self.conn = self._connect()
+        threading.Thread(target=self._run, daemon=True, name="queuelog-listen").start()
+
+    def _connect(self) -> Any:
+        import psycopg  # the PostgreSQL driver; only a PostgreSQL server imports it
+        # Keepalives: a silently dropped connection is noticed within about a minute.
+        conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10,
+                               keepalives=1, keepalives_idle=30, keepalives_interval=10,
+                               keepalives_count=3, application_name="queuelog-listen")
+        conn.execute(_LISTEN)
+        return conn
+
+    def _run(self) -> None:
+        pause = RECONNECT_FIRST
+        while True:
+            if self.conn is not None:
+                try:
+                    for _ in self.conn.notifies():
+                        self.ring()
+                except Exception:  # noqa: BLE001 - terminated, restarted, network: reconnect
+                    pass
+                with contextlib.suppress(Exception):
+                    self.conn.close()
+                self.conn = None
+            time.sleep(pause)
+            try:
+                self.conn = self._connect()
+            except Exception:  # noqa: BLE001 - still down: try again, a little later
+                pause = min(pause * 2, RECONNECT_MAX)
+                continue
+            pause = RECONNECT_FIRST
+            self.reconnects += 1
+            self.ring()  # what was sent while we were away is lost: look once
+
+
+class SocketListener:
+    """A Unix datagram socket in ``folder``, read by a daemon thread that rings the bell."""
+
+    def __init__(self, folder: str, ring: Ring) -> None:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        self.ring = ring
+        self.path = os.path.join(folder, f"{os.getpid()}-{secrets.token_hex(4)}")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(_address(self.path))
+        atexit.register(_unlink, self.path)
+        threading.Thread(target=self._run, daemon=True, name="queuelog-listen").start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.sock.recv(16)
+                # A burst of writes is one look: drain what else has come, ring once.
+                while True:
+                    self.sock.recv(16, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                pass
+            except OSError:
+                return  # closed
+            self.ring()
+
+
+_sender: tuple[int, socket.socket] | None = None
+_dir_fds: dict[str, int] = {}
+
+
+def send_all(folder: str) -> None:
+    """Wake every other process listening in ``folder`` (one byte each, never blocking)."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return  # no process has listened yet
+    own = f"{os.getpid()}-"  # this process rang its own bell already
+    sock = _sending_socket()
+    for name in names:
+        if name.startswith(own):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            sock.sendto(b"w", _address(path))
+        except BlockingIOError:
+            pass  # its queue is full: it has wake-ups to read already
+        except ConnectionRefusedError:
+            _unlink(path)  # nobody reads it: its process died without cleaning up
+        except OSError:
+            pass
+
+
+def _sending_socket() -> socket.socket:
+    global _sender
+    if _sender is None or _sender[0] != os.getpid():  # a forked child gets its own
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
+        _sender = (os.getpid(), sock)
+    return _sender[1]
+
+
+def _address(path: str) -> str:
+    """``path`` as an AF_UNIX address: a long one through an open fd of its folder."""
+    if len(path.encode()) <= MAX_SUN_PATH:
+        return path
+    folder, name = os.path.split(path)
+    if folder not in _dir_fds:
+        _dir_fds[folder] = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    return f"/proc/self/fd/{_dir_fds[folder]}/{name}"
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
