@@ -119,10 +119,11 @@ def page_steps(text: str, page: str) -> list[Step]:
 
 
 def _adjacent(text: str, first: Block, second: Block) -> bool:
-    """Whether only blank lines separate two blocks (so the second is the first's output)."""
+    """Whether only blank lines and comments separate two blocks (the second is the output)."""
     lines = text.splitlines()
     end = first.line + first.body.count("\n") + 1  # the closing fence's line (1-based)
-    return all(not line.strip() for line in lines[end:second.line - 1])
+    return all(not line.strip() or re.fullmatch(r"\s*<!--.*-->\s*", line)
+               for line in lines[end:second.line - 1])
 
 
 def walkthrough(text: str) -> str:
