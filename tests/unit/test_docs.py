@@ -1,7 +1,7 @@
 """The docs, checked without a server: the strict site build, the settings table, the layout,
 the files shown, and the example convention itself (tests/docs_examples.py).
 
-The examples themselves run against a live server in tests/e2e/test_docs.py.
+The examples themselves run against a live server in tests/e2e/test_docs_run.py.
 """
 from __future__ import annotations
 
