@@ -61,9 +61,18 @@ server = click.Group("queuelog-server")
 
 
 @server.command("init-db")
-@with_appcontext
-def init_db() -> None:
+@click.pass_context
+def init_db(ctx: click.Context) -> None:
     """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
+    from queuelog.server.store.engine import start_upgrade_deferred
+    # As for `db upgrade`: loading the app must not upgrade first, or a new database
+    # would be reported "already at" the head that this very command created.
+    ctx.with_resource(start_upgrade_deferred())
+    _init_db_in_app()
+
+
+@with_appcontext
+def _init_db_in_app() -> None:
     from flask import current_app
 
     from queuelog.server import bootstrap_admin

@@ -169,6 +169,23 @@ def test_first_admin_is_printed_by_init_db_not_by_other_commands(tmp_path):
     assert "password" not in run("init-db").stderr  # shown once only
 
 
+def test_init_db_reports_what_it_did_on_a_new_database(tmp_path):
+    """A new database is reported as upgraded from no revision, not as already at the head."""
+    from queuelog.server.store import migrate
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/new.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test"}
+
+    def init_db() -> str:
+        proc = subprocess.run([sys.executable, "-m", "queuelog", "init-db"], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    head = migrate.head()
+    assert init_db() == f"The database is ready: upgraded from no revision to {head}."
+    assert init_db() == f"The database is ready: already at {head} (the newest revision)."
+
+
 def test_users_list_delete_and_set_password(runner, client, store, monkeypatch):
     """People can be listed, locked out and given a new password from the command line."""
     from queuelog.server import auth

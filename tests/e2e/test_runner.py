@@ -496,11 +496,11 @@ def test_a_long_poll_whose_client_left_claims_nothing(live, jtype):
 
 
 def readme_block(name: str) -> str:
-    """The code block between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in the README."""
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as fh:
+    """The code block between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in the docs."""
+    with open(os.path.join(ROOT, "docs", "writing-a-worker.md"), encoding="utf-8") as fh:
         text = fh.read()
     part = text[text.index(f"<!-- {name}:begin -->"):text.index(f"<!-- {name}:end -->")]
-    return part.split("\n", 2)[2].rsplit("```", 1)[0]
+    return part.split("```", 1)[1].split("\n", 1)[1].rsplit("```", 1)[0]
 
 
 def test_the_readme_shows_the_example_handler_as_it_is():

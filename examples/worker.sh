@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# worker.sh HANDLER [ARG...]: a queuelog worker in bash, one job at a time (curl and jq).
+set -u
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+post() {  # post PATH JSON: one worker call
+  curl -fsS "$QUEUELOG_URL/jobs/$1" -H "Authorization: Bearer $QUEUELOG_TOKEN" \
+    -H 'Content-Type: application/json' -d "$2"
+}
+while true; do
+  # Long poll: the answer comes as soon as a job is due, or empty (204) after 30 s.
+  job=$(post claim '{"wait": 30, "lease_seconds": 90}') || { sleep 5; continue; }
+  [ -n "$job" ] || continue
+  id=$(jq .id <<<"$job"); attempt=$(jq .attempt <<<"$job")
+  # Heartbeat every 30 s, a third of the lease, while the handler runs.
+  ( while sleep 30; do post "$id/heartbeat" "{\"attempt\": $attempt}" >/dev/null; done ) &
+  beat=$!
+  if jq -c .payload <<<"$job" | "$@" >"$tmp/out" 2>"$tmp/err"; then
+    kill "$beat"
+    post "$id/complete" "$(jq -n --argjson a "$attempt" --slurpfile r "$tmp/out" \
+      '{attempt: $a, result: $r[0]}')" >/dev/null
+  else
+    status=$?; kill "$beat"
+    post "$id/fail" "$(jq -n --argjson a "$attempt" --arg s "exit status $status" \
+      --rawfile e "$tmp/err" '{attempt: $a, error: ($s + "\n" + $e[-4000:])}')" >/dev/null
+  fi
+done

@@ -1,0 +1,127 @@
+"""The docs cannot drift: every page's examples run, in order, against a live ``queuelog run``.
+
+The convention is in tests/docs_examples.py. README.md runs as it is; each page of docs/ runs
+after the README's walk-through (its keys and jobs are the page's starting point), on a fresh
+server and database of its own, in a scratch directory where ``examples/`` is the checkout's.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from docs_examples import ROOT, Step, check_output, page_steps, walkthrough
+
+MARK = "@@docs-step@@"
+BIN = os.path.dirname(sys.executable)  # where pip put the ``queuelog`` script
+README = ROOT / "README.md"
+# The pages with examples to run (a page of prose alone is still parsed, in tests/unit).
+PAGES = [p for p in sorted((ROOT / "docs").glob("**/*.md"))
+         if page_steps(p.read_text(encoding="utf-8"), p.name)]
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of the server and of the examples: a temp database, no stray config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+    env.update(PATH=BIN + os.pathsep + env.get("PATH", ""),
+               QUEUELOG_DATABASE_URL=f"sqlite:///{tmp_path / 'docs.sqlite3'}",
+               # Keeps the run from writing a secret into the checkout's instance folder.
+               QUEUELOG_SECRET_KEY="docs-test-secret-key")
+    return env
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``queuelog run`` on a free port; yields its URL and the environment to talk to it."""
+    if shutil.which("queuelog", path=BIN) is None:
+        pytest.skip(f"the queuelog console script is not installed in {BIN}")
+    if shutil.which("curl") is None:
+        pytest.skip("the docs' examples need curl")
+    env = clean_env(tmp_path)
+    port = free_port()
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([os.path.join(BIN, "queuelog"), "run", "--host", "127.0.0.1",
+                             "--port", str(port)], cwd=tmp_path, env=env, stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # polling a starting process, not waiting for time to pass
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=1) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("queuelog run did not come up:\n"
+                            + (tmp_path / "server.log").read_text(errors="replace"))
+            time.sleep(0.1)
+        yield url, {**env, "QUEUELOG_URL": url}
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def run_steps(steps: list[Step], env: dict[str, str], cwd: Path) -> list[str]:
+    """Run every step in one bash process (stderr into stdout); return each step's output."""
+    script = ["set -euo pipefail", "exec 2>&1"]
+    for i, step in enumerate(steps):
+        script += [step.code, f"printf '\\n{MARK} %d\\n' {i}"]
+    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=cwd, env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=180)
+    outputs = re.split(rf"^{MARK} \d+$", done.stdout, flags=re.M)
+    failed = steps[min(len(outputs), len(steps)) - 1]  # the step after the last marker
+    assert done.returncode == 0, (f"{failed.where} failed (rc={done.returncode}):\n{failed.code}"
+                                  f"\noutput:\n{done.stdout[-4000:]}")
+    assert len(outputs) == len(steps) + 1, done.stdout
+    return [out.strip("\n") for out in outputs[:-1]]
+
+
+def scratch(tmp_path: Path) -> Path:
+    """The directory the examples run in: empty but for the checkout's ``examples/``."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "examples").symlink_to(ROOT / "examples")
+    return work
+
+
+def test_the_readme_runs_against_a_live_server(server: tuple[str, dict[str, str]],
+                                              tmp_path: Path) -> None:
+    """Every command of the README succeeds and answers what the README shows."""
+    steps = page_steps(README.read_text(encoding="utf-8"), "README.md")
+    assert sum(bool(s.expected) for s in steps) >= 10, "the walk-through lost its outputs"
+    for step, out in zip(steps, run_steps(steps, server[1], scratch(tmp_path))):
+        check_output(step, out)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_page_runs_against_a_live_server(page: Path, server: tuple[str, dict[str, str]],
+                                               tmp_path: Path) -> None:
+    """A page's examples succeed after the walk-through, and answer what the page shows."""
+    prelude = page_steps(walkthrough(README.read_text(encoding="utf-8")), "README.md")
+    steps = page_steps(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))
+    outputs = run_steps(prelude + steps, server[1], scratch(tmp_path))
+    for step, out in zip(steps, outputs[len(prelude):]):
+        check_output(step, out)
