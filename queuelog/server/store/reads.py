@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, literal_column, select, text
+from sqlalchemy import Connection, Engine, bindparam, literal_column, or_, select, text
 
 from queuelog.model.problems import JobNotFound
 from queuelog.model.jobs import Attempt, Job, Status
@@ -82,10 +82,14 @@ class Reads:
     def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
                   type: str | None = None, priority: int | None = None, limit: int = 50,
                   before: int | None = None, after: int | None = None,
-                  scheduled: bool = False) -> Page:
+                  scheduled: bool = False, producer: str | None = None,
+                  worker: str | None = None, match_id: int | None = None,
+                  match_key: str | None = None) -> Page:
         """A newest-first page; ``before``/``after`` are keyset cursors (job ids).
 
-        ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future.
+        ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future;
+        ``match_id`` and ``match_key`` (a search) keep the job with that id OR that
+        idempotency key (of any producer), whichever are given.
         """
         cond = scope_conditions(scope)
         if status is not None:
@@ -96,6 +100,15 @@ class Reads:
             cond.append(jobs.c.type == type)
         if priority is not None:
             cond.append(jobs.c.priority == priority)
+        if producer is not None:
+            cond.append(jobs.c.producer == producer)
+        if worker is not None:
+            cond.append(jobs.c.worker_id == worker)
+        found_by = [c for c in (None if match_id is None else jobs.c.id == match_id,
+                                None if match_key is None else
+                                jobs.c.idempotency_key == match_key) if c is not None]
+        if found_by:
+            cond.append(or_(*found_by))
         query = select(jobs).where(*cond).limit(limit + 1)
         if after is not None:  # walking towards newer jobs: ascending, then reversed
             query = query.where(jobs.c.id > after).order_by(jobs.c.id)
