@@ -123,6 +123,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         # A cheap hash keeps the test fast; the app's own hash is deliberately slow.
         store.accounts.create_user(user["username"], generate_password_hash(
             user["password"], "pbkdf2:sha256:1"), role)
+    # Audit events with long details, so the audit page is seen with a full table.
+    for n in range(3):
+        store.accounts.create_key(f"billing-key-{n}", "producer", types=list(TYPES),
+                                  max_priority=20, actor=ADMIN["username"])
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

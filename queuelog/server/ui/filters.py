@@ -13,6 +13,7 @@ from queuelog.server.requests.check import FieldErrors, params, query
 
 PAGE_SIZE = 50
 JOB_IDS = ("before", "after", "id")  # typed by people: "#12" and " 12 " are job 12
+TYPED = JOB_IDS + ("q", "producer", "worker")  # typed or pasted: outer spaces are no part
 
 
 class BadFilter(Exception):
@@ -33,8 +34,10 @@ def read(name: str, args: Mapping[str, str], *, also: tuple[str, ...] = ()) -> d
     given = {}
     for param in params(name):
         raw = args.get(param) or None
+        if raw is not None and param in TYPED:
+            raw = raw.strip()
         if raw is not None and param in JOB_IDS:
-            raw = raw.strip().lstrip("#")
+            raw = raw.lstrip("#")
         if raw:
             given[param] = raw
     errors = FieldErrors()
