@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, literal_column, or_, select, text
+from sqlalchemy import Connection, Engine, bindparam, literal_column, select, text
 
 from queuelog.model.problems import JobNotFound
 from queuelog.model.jobs import Attempt, Job, Status
@@ -22,6 +22,20 @@ _ATTEMPTS = (select(job_attempts).where(job_attempts.c.job_id == bindparam("jid"
 def status_is(status: Status, table: Any = jobs) -> Any:
     """``status = '<literal>'``: a literal, so SQLite can match the partial indexes."""
     return table.c.status == literal_column(f"'{status.value}'")
+
+
+# No index starts with the idempotency key (the unique one is (producer, key)), so a plain
+# "WHERE idempotency_key = ?" reads every job. This walks the distinct producers instead,
+# one seek each on (producer, id) (a loose index scan, portable SQL), and finds the key
+# under each producer with the unique index: the cost grows with producers, not jobs.
+HOLDING_KEY = text("""
+WITH RECURSIVE p(name) AS (
+    SELECT MIN(producer) FROM jobs
+    UNION ALL
+    SELECT (SELECT MIN(producer) FROM jobs WHERE producer > p.name) FROM p
+    WHERE p.name IS NOT NULL)
+SELECT j.id FROM p JOIN jobs j ON j.producer = p.name AND j.idempotency_key = :key
+""")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,11 +118,11 @@ class Reads:
             cond.append(jobs.c.producer == producer)
         if worker is not None:
             cond.append(jobs.c.worker_id == worker)
-        found_by = [c for c in (None if match_id is None else jobs.c.id == match_id,
-                                None if match_key is None else
-                                jobs.c.idempotency_key == match_key) if c is not None]
-        if found_by:
-            cond.append(or_(*found_by))
+        if match_id is not None or match_key is not None:
+            found = [] if match_id is None else [match_id]
+            if match_key is not None:
+                found += self._holding_key(match_key)
+            cond.append(jobs.c.id.in_(found))
         query = select(jobs).where(*cond).limit(limit + 1)
         if after is not None:  # walking towards newer jobs: ascending, then reversed
             query = query.where(jobs.c.id > after).order_by(jobs.c.id)
@@ -126,6 +140,11 @@ class Reads:
                         found[0].id if more and found else None)
         return Page(found, found[-1].id if more else None,
                     found[0].id if before is not None and found else None)
+
+    def _holding_key(self, key: str) -> list[int]:
+        """The ids of the jobs whose idempotency key is ``key``, of any producer."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(HOLDING_KEY, {"key": key}).scalars())
 
     def ping(self) -> None:
         """Raise unless the database answers."""
