@@ -110,7 +110,10 @@ def refusal(status: int, slug: str, title: str, detail: str,
 
 
 def _from_domain(err: QueuelogError) -> Any:
-    return refusal(err.status, err.slug, err.title, err.detail, err.errors, err.headers)
+    # A signed-in person refused on a page (403: cross-site, a role) gets the page; the rest,
+    # sign-in throttling (429) included, stays problem+json as before sign-in anywhere.
+    answer = refusal if err.status == 403 else problem
+    return answer(err.status, err.slug, err.title, err.detail, err.errors, err.headers)
 
 
 def _from_http(err: HTTPException) -> Response:

@@ -200,6 +200,7 @@ def test_cross_site_post_refused_even_with_token(client: Any, store: Store,
     resp = client.post(f"/ui/jobs/{job}/retry", data={"csrf_token": token},
                        headers={**admin_user, "Sec-Fetch-Site": "cross-site"})
     assert resp.status_code == 403
+    assert resp.mimetype == "text/html" and "Cross-site requests" in resp.text  # the page
     assert store.get(job).status is Status.FAILED
 
 
