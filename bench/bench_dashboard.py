@@ -103,6 +103,11 @@ PAGES = {
     "one job": "/ui/jobs/{deep}",
     # status + type; "completed", so that both sizes fill a whole page of 50 rows
     "completed pdf jobs (status + type)": "/ui/?status=completed&type=pdf",
+    # search and the producer/worker filters (every job is billing's; worker-3 holds 1/8)
+    "search by id (q=N/2)": "/ui/?q={deep}",
+    "search by a key no job has (admin)": "/ui/?q=no-such-key",
+    "worker filter (worker-3)": "/ui/?worker=worker-3",
+    "producer filter (billing)": "/ui/?producer=billing",
     "GET /metrics (every job counted)": "/metrics",
     # per type: capped counts per status, the oldest due job, the last hour
     "GET /types": "/types",

@@ -69,6 +69,23 @@ def list_jobs(who: Principal, *, status: Status | None, type: str | None,
     return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
 
 
+def dashboard_jobs(who: Principal, *, q: str | None = None, **filters: Any) -> Page:
+    """The dashboard's page of jobs; ``q`` finds a job by id, or by idempotency key.
+
+    Keys are admins' alone (a viewer's pages show none), so a viewer's ``q`` matches ids
+    only: a key typed by a viewer finds nothing rather than revealing which job holds it.
+    """
+    match_id = match_key = None
+    if q is not None:
+        digits = q.lstrip("#")
+        # 0 matches no job (ids start at 1); a number past BIGINT would be a database error.
+        match_id = int(digits) if digits.isdigit() and int(digits) < 2 ** 63 else 0
+        match_key = q if who.is_admin else None
+    page = get_store().list_jobs(scope=scope_of(who), match_id=match_id, match_key=match_key,
+                                 **filters)
+    return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
+
+
 # -- the queue's hot path: producers and workers -------------------------------------------
 def enqueue(who: Principal, new: NewJob) -> tuple[Job, bool]:
     """Add a job as ``who`` (403 past its key's limits); return it and whether it is new

@@ -17,7 +17,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 
 from queuelog.model.problems import Forbidden, TooManyRequests, UnsupportedMediaType
 
-from queuelog.server.errors import problem
+from queuelog.server.errors import problem, refusal
 from queuelog.server.store import get_store
 from queuelog.server.throttle import HashSlots, SignInThrottle
 
@@ -189,7 +189,8 @@ def _auth_error(status: int) -> Any:
         return problem(401, "unauthorized", "Unauthorized", _why_unauthorized(),
                        headers={"WWW-Authenticate": f'Basic realm="{REALM}", '
                                                     f'Bearer realm="{REALM}"'})
-    return problem(403, "forbidden", "Forbidden", "Your role may not do this.")
+    return refusal(403, "forbidden", "Forbidden", "Your role may not do this"
+                   + (": this page is for admins only." if "ui" in request.blueprints else "."))
 
 
 def _why_unauthorized() -> str:

@@ -98,8 +98,22 @@ def problem(status: int, slug: str, title: str, detail: str,
     return resp
 
 
-def _from_domain(err: QueuelogError) -> Response:
-    return problem(err.status, err.slug, err.title, err.detail, err.errors, err.headers)
+def refusal(status: int, slug: str, title: str, detail: str,
+            errors: list[dict[str, str]] | None = None,
+            headers: dict[str, str] | None = None) -> Any:
+    """A refusal: the dashboard's HTML error page for a ``/ui/`` page, else problem+json."""
+    page: Callable[..., Any] | None = current_app.extensions.get("queuelog.html_error")
+    if page is None or "ui" not in request.blueprints:
+        return problem(status, slug, title, detail, errors, headers)
+    body, status = page(status, title, detail)
+    return current_app.response_class(body, status, headers, mimetype="text/html")
+
+
+def _from_domain(err: QueuelogError) -> Any:
+    # A signed-in person refused on a page (403: cross-site, a role) gets the page; the rest,
+    # sign-in throttling (429) included, stays problem+json as before sign-in anywhere.
+    answer = refusal if err.status == 403 else problem
+    return answer(err.status, err.slug, err.title, err.detail, err.errors, err.headers)
 
 
 def _from_http(err: HTTPException) -> Response:

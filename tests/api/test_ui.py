@@ -193,6 +193,7 @@ def test_cross_site_post_refused_even_with_token(client: Any, store: Store,
     resp = client.post(f"/ui/jobs/{job}/retry", data={"csrf_token": token},
                        headers={**admin_user, "Sec-Fetch-Site": "cross-site"})
     assert resp.status_code == 403
+    assert resp.mimetype == "text/html" and "Cross-site requests" in resp.text  # the page
     assert store.get(job).status is Status.FAILED
 
 
@@ -564,3 +565,176 @@ def test_attempts_show_their_duration(client: Any, store: Store, clock: Any,
                                       (7_380_000_000, "2 h 03 min")])
 def test_duration_format(us: int, text: str) -> None:
     assert helpers.duration(us) == text
+
+
+# -- search, filters, refusals as pages ------------------------------------------------------
+def listed(html: str) -> list[int]:
+    """The job ids in the jobs table of a /ui/ page, in order."""
+    return [int(i) for i in re.findall(r'<td><a href="/ui/jobs/(\d+)">#', html)]
+
+
+def keyed(store: Store, key: str, producer: str) -> int:
+    """Enqueue one job with an idempotency key; return its id."""
+    job, _ = store.enqueue(NewJob(producer, "email", "{}", 0, 3, idempotency_key=key))
+    return job.id
+
+
+def test_search_finds_a_job_by_id(client: Any, seeded: dict[str, int],
+                                  viewer: dict[str, str]) -> None:
+    for q in (str(seeded["failed"]), f"%23{seeded['failed']}", f"+{seeded['failed']}+"):
+        assert listed(client.get(f"/ui/?q={q}", headers=viewer).text) == [seeded["failed"]], q
+    assert listed(client.get("/ui/?q=424242", headers=viewer).text) == []
+    # a number past BIGINT finds nothing rather than failing in the database
+    assert client.get("/ui/?q=" + "9" * 30, headers=viewer).status_code == 200
+
+
+def test_search_by_idempotency_key_is_for_admins(client: Any, store: Store,
+                                                 viewer: dict[str, str],
+                                                 admin_user: dict[str, str]) -> None:
+    """Admins find any producer's key; a viewer, who sees no keys, finds nothing by one."""
+    billing = keyed(store, "welcome-ada", "billing")
+    reports = keyed(store, "welcome-ada", "reports")
+    keyed(store, "welcome-bob", "billing")
+    numeric = keyed(store, str(billing), "reports")  # a key that reads like the id
+    assert listed(client.get("/ui/?q=welcome-ada", headers=admin_user).text) == [reports,
+                                                                                 billing]
+    assert listed(client.get(f"/ui/?q={billing}", headers=admin_user).text) == [numeric,
+                                                                                billing]
+    page = client.get("/ui/?q=welcome-ada", headers=viewer).text
+    assert listed(page) == [] and "by id only" in page
+    assert listed(client.get(f"/ui/?q={billing}", headers=viewer).text) == [billing]
+
+
+def test_filters_by_producer_and_worker(client: Any, store: Store, seeded: dict[str, int],
+                                        viewer: dict[str, str]) -> None:
+    other = add(store, producer="reports")
+    assert listed(client.get("/ui/?producer=reports", headers=viewer).text) == [other]
+    held = {seeded["completed"], seeded["failed"], seeded["retrying"], seeded["running"]}
+    page = client.get("/ui/?worker=mailer-1", headers=viewer).text
+    assert set(listed(page)) == held
+    page = client.get("/ui/?worker=mailer-1&type=sync", headers=viewer).text
+    assert listed(page) == [seeded["running"]]
+    assert 'value="mailer-1"' in page  # the form shows the filter in force
+    assert listed(client.get("/ui/?worker=nobody", headers=viewer).text) == []
+
+
+def test_pager_links_keep_the_producer_filter(client: Any, store: Store,
+                                              viewer: dict[str, str]) -> None:
+    ids = [add(store, producer="reports") for _ in range(PAGE_SIZE + 2)]
+    add(store, producer="billing")
+    page = client.get("/ui/?producer=reports", headers=viewer).text
+    older = re.search(r'href="(/ui/\?before=\d+[^"]*)"', page)
+    assert older and "producer=reports" in older.group(1)
+    rest = client.get(older.group(1).replace("&amp;", "&"), headers=viewer).text
+    assert sorted(listed(page) + listed(rest)) == ids
+
+
+def test_unknown_query_parameters_are_a_400_page(client: Any, store: Store,
+                                                 viewer: dict[str, str],
+                                                 admin_user: dict[str, str]) -> None:
+    """A mistyped filter is refused, not ignored; nothing changes."""
+    job = add(store)
+    for url, who in (("/ui/?stauts=failed", viewer), ("/ui/?status=failed&page=2", viewer),
+                     ("/ui/audit?after=3", admin_user),
+                     ("/ui/bulk/cancel?status=pending&typ=email", admin_user)):
+        resp = client.get(url, headers=who)
+        assert resp.status_code == 400, url
+        assert resp.mimetype == "text/html" and "Unknown parameter" in resp.text, url
+    token = csrf_token(client, job, admin_user)
+    resp = client.post("/ui/bulk/cancel", data={"csrf_token": token, "status": "pending",
+                                                "producer": "billing"}, headers=admin_user)
+    assert resp.status_code == 400 and "status, type and priority only" in resp.text
+    assert store.get(job).status is Status.PENDING
+
+
+def test_no_bulk_offer_for_a_list_narrowed_by_producer_worker_or_search(
+        client: Any, store: Store, admin_user: dict[str, str]) -> None:
+    add(store, producer="reports")
+    add(store, producer="billing")
+    assert "Cancel all 2" in client.get("/ui/?status=pending", headers=admin_user).text
+    for narrowed in ("producer=reports", "worker=mailer-1", "q=1"):
+        page = client.get(f"/ui/?status=pending&{narrowed}", headers=admin_user).text
+        assert "Cancel all" not in page, narrowed
+
+
+def test_a_viewers_403_is_the_html_error_page(client: Any, viewer: dict[str, str]) -> None:
+    for url in ("/ui/audit", "/ui/bulk/retry?status=failed", "/ui/bulk/cancel?status=pending"):
+        resp = client.get(url, headers=viewer)
+        assert resp.status_code == 403 and resp.mimetype == "text/html", url
+        assert "<h1>Forbidden</h1>" in resp.text and "admins only" in resp.text, url
+        assert resp.headers["Content-Security-Policy"].startswith("default-src 'self'")
+    api = client.get("/audit", headers=viewer)  # the JSON API keeps its problem+json
+    assert api.status_code == 403 and api.mimetype == "application/problem+json"
+    assert api.json["detail"] == "Your role may not do this."
+
+
+def test_a_viewer_is_told_where_error_text_is_hidden(client: Any, seeded: dict[str, int],
+                                                     viewer: dict[str, str],
+                                                     admin_user: dict[str, str]) -> None:
+    for name in ("failed", "retrying"):
+        page = client.get(f"/ui/jobs/{seeded[name]}", headers=viewer).text
+        assert "hidden: admins only" in page and MARKER not in page, name
+    assert "hidden: admins only" not in client.get(f"/ui/jobs/{seeded['completed']}",
+                                                   headers=viewer).text
+    admin_page = client.get(f"/ui/jobs/{seeded['failed']}", headers=admin_user).text
+    assert MARKER in admin_page and "hidden: admins only" not in admin_page
+
+
+def test_audit_shows_priorities_by_label(client: Any, store: Store,
+                                         admin_user: dict[str, str]) -> None:
+    store.accounts.create_key("billing-key", "producer", max_priority=20, actor="ada")
+    store.accounts.create_key("mail-key", "producer", max_priority=10, actor="ada")
+    page = client.get("/ui/audit", headers=admin_user).text
+    assert "max_priority: <code>high</code>" in page
+    assert "max_priority: <code>medium</code>" in page
+    assert "max_priority: <code>20</code>" not in page and "max_priority: <code>10" not in page
+
+
+def test_times_are_relative_with_the_exact_utc_time_on_hover(client: Any, store: Store,
+                                                             clock: Any,
+                                                             viewer: dict[str, str]) -> None:
+    job = add(store)
+    clock.advance(180)
+    page = client.get("/ui/", headers=viewer).text
+    created = store.get(job).created_at
+    exact = helpers._ts(created)
+    assert (f'<time datetime="{helpers.isoformat(created)}" title="{exact} UTC">3 min ago'
+            '</time>') in page
+
+
+@pytest.mark.parametrize("seconds,text", [(0, "just now"), (9, "just now"), (42, "42 s ago"),
+                                          (185, "3 min ago"), (7300, "2 h ago"),
+                                          (90000, "1 day ago"), (3 * 86400, "3 days ago"),
+                                          (-1800, "in 30 min")])
+def test_relative_time_format(seconds: int, text: str) -> None:
+    now = 1_800_000_000_000_000
+    assert helpers.relative(now - seconds * 1_000_000, now) == text
+
+
+def test_auto_refresh_on_every_page_but_confirmations(client: Any, store: Store,
+                                                      seeded: dict[str, int],
+                                                      admin_user: dict[str, str]) -> None:
+    for url in ("/ui/", f"/ui/jobs/{seeded['running']}", "/ui/types", "/ui/audit"):
+        assert 'id="autorefresh"' in client.get(url, headers=admin_user).text, url
+    page = client.get("/ui/bulk/retry?status=failed", headers=admin_user).text
+    assert 'id="autorefresh"' not in page
+
+
+def test_sign_out_answers_401_and_shows_how_to_sign_in(client: Any,
+                                                       viewer: dict[str, str]) -> None:
+    assert 'href="/ui/signout"' in client.get("/ui/", headers=viewer).text
+    for headers in (viewer, {}):
+        resp = client.get("/ui/signout", headers=headers)
+        assert resp.status_code == 401 and resp.mimetype == "text/html"
+        assert resp.headers["WWW-Authenticate"] == 'Basic realm="queuelog"'
+        assert "Signed out" in resp.text and "vera" not in resp.text
+
+
+def test_header_lists_the_registered_pages(client: Any, viewer: dict[str, str],
+                                           admin_user: dict[str, str]) -> None:
+    nav = re.compile(r'<nav class="pages".*?</nav>', re.S)
+    viewer_nav = nav.search(client.get("/ui/", headers=viewer).text)
+    admin_nav = nav.search(client.get("/ui/", headers=admin_user).text)
+    assert viewer_nav and admin_nav
+    assert re.findall(r">(\w+)</a>", viewer_nav.group(0))[:2] == ["Jobs", "Types"]
+    assert "Audit" not in viewer_nav.group(0) and "Audit</a>" in admin_nav.group(0)

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import math
 import os
+import pathlib
 import re
 import shutil
 import threading
@@ -122,6 +123,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         # A cheap hash keeps the test fast; the app's own hash is deliberately slow.
         store.accounts.create_user(user["username"], generate_password_hash(
             user["password"], "pbkdf2:sha256:1"), role)
+    # Audit events with long details, so the audit page is seen with a full table.
+    for n in range(3):
+        store.accounts.create_key(f"billing-key-{n}", "producer", types=list(TYPES),
+                                  max_priority=20, actor=ADMIN["username"])
     server = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -193,7 +198,9 @@ def test_viewer_filters_to_failed_jobs_and_sees_no_error_text(live: Live, open_a
     page.wait_for_url(re.compile(r"/ui/jobs/\d+$"))
     assert page.locator(".job-head .badge").inner_text() == "failed"
     text = page.inner_text("main").lower()  # headings are upper-cased by the stylesheet
-    assert "payload" in text and "attempts" in text and "error" not in text
+    assert "payload" in text and "attempts" in text
+    # The error is not shown, and the page says why rather than leaving a blank.
+    assert page.locator(".hidden-error").first.inner_text() == "hidden: admins only"
     html = page.content()
     assert MARKER not in html and "SMTP 550" not in html
     assert page.locator("form[method=post]").count() == 0  # no admin buttons
@@ -232,8 +239,11 @@ def test_no_csp_violation_or_console_error_on_any_page(live: Live, open_as: Any,
     refresh.check()
     assert page.evaluate("localStorage.getItem('queuelog.autorefresh')") == "1"
     refresh.uncheck()
-    page.fill("input[name=id]", str(live.ids["running"][0]))
-    page.click(".jump button")
+    page.fill("input[name=q]", str(live.ids["running"][0]))
+    page.click(".filters button[type=submit]")
+    page.wait_for_url(re.compile(rf"q={live.ids['running'][0]}$"))
+    assert page.locator("table.jobs tbody tr").count() == 1
+    page.click(f"table.jobs a:has-text('#{live.ids['running'][0]}')")
     page.wait_for_url(re.compile(rf"/ui/jobs/{live.ids['running'][0]}$"))
     assert problems == []
     page.goto(live.base + "/ui/")
@@ -251,7 +261,7 @@ def test_auto_refresh_waits_while_someone_types(live: Live, open_as: Any,
     page.goto(live.base + "/ui/")
     page.locator("#autorefresh").check()
     page.evaluate("window.__before_reload = true")
-    box = page.locator("input[name=id]")
+    box = page.locator("input[name=q]")
     box.fill("4")  # focused and half-typed
     page.clock.run_for(25_000)
     assert page.evaluate("window.__before_reload === true")  # no reload
@@ -342,3 +352,137 @@ def test_viewer_sees_types_but_no_buttons_nor_audit(live: Live, open_as: Any,
     assert page.locator("nav.pages a:has-text('Audit')").count() == 0
     assert page.goto(live.base + "/ui/audit").status == 403
     assert [p for p in problems if "403" not in p] == []
+
+
+# -- every page at phone and desktop width, and through axe-core ---------------------------
+AXE = pathlib.Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 900}
+
+
+def every_page(live: Live, page: Any) -> list[str]:
+    """The header's pages (whatever the app registers), plus the pages reached from them."""
+    page.goto(live.base + "/ui/")
+    nav = page.eval_on_selector_all("nav.pages a", "links => links.map(a => a.pathname)")
+    assert "/ui/types" in nav  # the walk covers the header's pages, not a list kept here
+    return nav + ["/ui/?status=failed&type=pdf", f"/ui/jobs/{live.ids['failed'][0]}",
+                  f"/ui/jobs/{live.ids['running'][0]}", "/ui/bulk/retry?status=failed",
+                  "/ui/jobs/999999", "/ui/?bogus=1"]
+
+
+def shots_dir(tmp_path: Any) -> pathlib.Path:
+    """Where the screenshots go: ``QUEUELOG_SCREENSHOTS`` if set (to look at), else tmp."""
+    folder = pathlib.Path(os.environ.get("QUEUELOG_SCREENSHOTS") or tmp_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shot_name(who: str, width: int, path: str) -> str:
+    """A file name for a page's screenshot."""
+    return f"{who}-{width}-{re.sub(r'[^a-z0-9]+', '_', path.lower()).strip('_') or 'root'}.png"
+
+
+LAYOUT = """() => {
+    const view = window.innerWidth, out = [];
+    for (const el of document.querySelectorAll('button, a.button, select, input')) {
+        if (el.type === 'hidden' || el.closest('[hidden]')) continue;
+        const r = el.getBoundingClientRect(), box = el.closest('.scroll, .chart-box');
+        // reachable: on screen, or inside a box that scrolls to it
+        if ((r.left < 0 || r.right > view + 0.5) && !box) out.push('off screen: ' + el.outerHTML.slice(0, 80));
+    }
+    for (const t of document.querySelectorAll('table')) {
+        if (!t.closest('.scroll')) out.push('table outside a scroll box: ' + t.className);
+    }
+    const links = [...document.querySelectorAll('.topbar nav a, .topbar .who, .topbar .signout')]
+        .map(a => a.getBoundingClientRect());
+    for (let i = 1; i < links.length; i++) {  // side by side: a visible gap between them
+        const a = links[i - 1], b = links[i];
+        if (Math.abs(a.top - b.top) < 4 && b.left - a.right < 8) out.push('header items touch: ' + i);
+    }
+    const chart = document.querySelector('svg.chart');
+    if (chart && chart.getBoundingClientRect().height < 90) out.push('chart squashed');
+    return {page: document.documentElement.scrollWidth, view: view, problems: out};
+}"""
+
+
+@pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop"])
+@pytest.mark.parametrize("user", [ADMIN, VIEWER], ids=["admin", "viewer"])
+def test_no_page_scrolls_sideways_and_every_control_is_reachable(
+        live: Live, browser: Any, tmp_path: Any, size: dict[str, int],
+        user: dict[str, str]) -> None:
+    """At 390 px and 1280 px: no sideways scroll, wide tables scroll in their box."""
+    context = browser.new_context(http_credentials=user, viewport=size)
+    folder = shots_dir(tmp_path)
+    try:
+        page = context.new_page()
+        paths = every_page(live, page) + ([] if user is ADMIN else ["/ui/audit"])
+        for path in paths:
+            page.goto(live.base + path)
+            got = page.evaluate(LAYOUT)
+            page.screenshot(path=str(folder / shot_name(user["username"], size["width"], path)),
+                            full_page=True)
+            assert got["page"] <= size["width"], (path, got)
+            assert got["problems"] == [], (path, got)
+    finally:
+        context.close()
+
+
+def test_types_pause_buttons_are_on_screen_at_phone_width(live: Live, browser: Any) -> None:
+    """The buttons stay at the right edge of the table's box, not 700 px to the right."""
+    context = browser.new_context(http_credentials=ADMIN, viewport=PHONE)
+    try:
+        page = context.new_page()
+        page.goto(live.base + "/ui/types")
+        boxes = page.eval_on_selector_all(
+            "table.types button", "bs => bs.map(b => b.getBoundingClientRect().toJSON())")
+        assert len(boxes) == len(TYPES)
+        assert all(b["left"] >= 0 and b["right"] <= PHONE["width"] for b in boxes), boxes
+        page.click("button:has-text('Pause email')")  # clickable where it is
+        page.wait_for_selector(".flash-ok")
+        assert "email" in live.store.paused()
+        page.click("button:has-text('Resume email')")
+        page.wait_for_selector(".flash-ok")
+        assert live.store.paused() == {}
+    finally:
+        context.close()
+
+
+@pytest.mark.skipif(not AXE.exists(), reason=f"needs axe-core at {AXE} "
+                    "(cd tests/e2e && npm ci; .ci/run does it)")
+@pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop"])
+@pytest.mark.parametrize("user", [ADMIN, VIEWER], ids=["admin", "viewer"])
+def test_axe_finds_no_violation_on_any_page(live: Live, browser: Any, size: dict[str, int],
+                                            user: dict[str, str]) -> None:
+    """axe-core, injected past the page's CSP (the test's browser bypasses it), on each page."""
+    context = browser.new_context(http_credentials=user, viewport=size, bypass_csp=True)
+    try:
+        page = context.new_page()
+        found = {}
+        paths = every_page(live, page) + ([] if user is ADMIN else ["/ui/audit"])
+        for path in paths:
+            page.goto(live.base + path)
+            page.add_script_tag(path=str(AXE))
+            violations = page.evaluate("""async () => (await axe.run(document, {
+                resultTypes: ['violations']})).violations.map(v =>
+                v.id + ': ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | '))""")
+            if violations:
+                found[path] = violations
+        assert found == {}
+    finally:
+        context.close()
+
+
+def test_sign_out_answers_401_so_the_browser_forgets_the_password(live: Live,
+                                                                  browser: Any) -> None:
+    """The page says how to sign in again; with the password the browser holds it is 401."""
+    context = browser.new_context(http_credentials=VIEWER, viewport=DESKTOP)
+    try:
+        page = context.new_page()
+        page.goto(live.base + "/ui/")
+        page.click("a.signout")
+        assert page.url.endswith("/ui/signout")
+        assert page.locator("h1").inner_text() == "Signed out"
+        assert page.locator("a:has-text('Sign in again')").get_attribute("href") == "/ui/"
+        assert page.request.get(live.base + "/ui/signout").status == 401
+    finally:
+        context.close()

@@ -247,8 +247,9 @@ QUERIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
                                     priority=_enum(PRIORITIES)),
     "AuditQuery": lambda c: _page(action=_enum(AUDIT_ACTIONS), actor=_text()),
     "QueueFilters": lambda c: _obj({"status": _enum(DASHBOARD_STATUSES), "type": _text(),
-                                    "priority": _enum(PRIORITIES), "before": _job_id(),
-                                    "after": _job_id()}),
+                                    "priority": _enum(PRIORITIES), "producer": _text(),
+                                    "worker": _text(), "q": _text(255),  # id or idem. key
+                                    "before": _job_id(), "after": _job_id()}),
     "AuditFilters": lambda c: _obj({"before": _job_id()}),
     "Jump": lambda c: _obj({"id": _job_id()}),
 }

@@ -24,6 +24,20 @@ def status_is(status: Status, table: Any = jobs) -> Any:
     return table.c.status == literal_column(f"'{status.value}'")
 
 
+# No index starts with the idempotency key (the unique one is (producer, key)), so a plain
+# "WHERE idempotency_key = ?" reads every job. This walks the distinct producers instead,
+# one seek each on (producer, id) (a loose index scan, portable SQL), and finds the key
+# under each producer with the unique index: the cost grows with producers, not jobs.
+HOLDING_KEY = text("""
+WITH RECURSIVE p(name) AS (
+    SELECT MIN(producer) FROM jobs
+    UNION ALL
+    SELECT (SELECT MIN(producer) FROM jobs WHERE producer > p.name) FROM p
+    WHERE p.name IS NOT NULL)
+SELECT j.id FROM p JOIN jobs j ON j.producer = p.name AND j.idempotency_key = :key
+""")
+
+
 @dataclasses.dataclass(frozen=True)
 class Scope:
     """Whose jobs a reader may see: a producer its own, a worker those it held, else all."""
@@ -82,10 +96,14 @@ class Reads:
     def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
                   type: str | None = None, priority: int | None = None, limit: int = 50,
                   before: int | None = None, after: int | None = None,
-                  scheduled: bool = False) -> Page:
+                  scheduled: bool = False, producer: str | None = None,
+                  worker: str | None = None, match_id: int | None = None,
+                  match_key: str | None = None) -> Page:
         """A newest-first page; ``before``/``after`` are keyset cursors (job ids).
 
-        ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future.
+        ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future;
+        ``match_id`` and ``match_key`` (a search) keep the job with that id OR that
+        idempotency key (of any producer), whichever are given.
         """
         cond = scope_conditions(scope)
         if status is not None:
@@ -96,6 +114,15 @@ class Reads:
             cond.append(jobs.c.type == type)
         if priority is not None:
             cond.append(jobs.c.priority == priority)
+        if producer is not None:
+            cond.append(jobs.c.producer == producer)
+        if worker is not None:
+            cond.append(jobs.c.worker_id == worker)
+        if match_id is not None or match_key is not None:
+            found = [] if match_id is None else [match_id]
+            if match_key is not None:
+                found += self._holding_key(match_key)
+            cond.append(jobs.c.id.in_(found))
         query = select(jobs).where(*cond).limit(limit + 1)
         if after is not None:  # walking towards newer jobs: ascending, then reversed
             query = query.where(jobs.c.id > after).order_by(jobs.c.id)
@@ -113,6 +140,11 @@ class Reads:
                         found[0].id if more and found else None)
         return Page(found, found[-1].id if more else None,
                     found[0].id if before is not None and found else None)
+
+    def _holding_key(self, key: str) -> list[int]:
+        """The ids of the jobs whose idempotency key is ``key``, of any producer."""
+        with self.engine.connect() as conn:
+            return list(conn.execute(HOLDING_KEY, {"key": key}).scalars())
 
     def ping(self) -> None:
         """Raise unless the database answers."""

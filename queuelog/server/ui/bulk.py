@@ -42,7 +42,7 @@ def bulk(verb: str) -> Any:
     """Admin: retry or cancel every job the filter matches (in bounded transactions)."""
     check_form()
     try:
-        f = _bulk_filters(verb, request.form)
+        f = _bulk_filters(verb, request.form, also=("csrf_token",))
     except BadFilter as exc:
         return error_page(400, "Bad filter", str(exc))
     who, prio = current_user(), prio_value(f["priority"])
@@ -56,9 +56,13 @@ def bulk(verb: str) -> Any:
     return redirect(url_for("ui.queue.index", **{k: v for k, v in f.items() if v}), 303)
 
 
-def _bulk_filters(verb: str, source: Any) -> dict[str, Any]:
+def _bulk_filters(verb: str, source: Any, also: tuple[str, ...] = ()) -> dict[str, Any]:
     """The filter of a bulk action; its status must be one the action starts from."""
-    f = parse_filters(source)
+    f = parse_filters(source, also=also)
+    narrower = [k for k in ("producer", "worker", "q") if f[k]]
+    if narrower:  # the bulk verbs select by status, type and priority alone
+        raise BadFilter(f"Bulk actions filter by status, type and priority only, not by "
+                        f"{', '.join(narrower)}.")
     if f["status"] not in BULK[verb]:
         raise BadFilter(f"status must be one of {', '.join(BULK[verb])} to {verb} in bulk.")
     return {k: f[k] for k in ("status", "type", "priority")}

@@ -13,19 +13,31 @@ from queuelog.server.requests.check import FieldErrors, params, query
 
 PAGE_SIZE = 50
 JOB_IDS = ("before", "after", "id")  # typed by people: "#12" and " 12 " are job 12
+TYPED = JOB_IDS + ("q", "producer", "worker")  # typed or pasted: outer spaces are no part
 
 
 class BadFilter(Exception):
     """A query-string value the dashboard cannot use."""
 
 
-def read(name: str, args: Mapping[str, str]) -> dict[str, Any]:
-    """Every parameter of the declared query ``name``: its value, or None when absent or empty."""
+def read(name: str, args: Mapping[str, str], *, also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every parameter of the declared query ``name``: its value, or None when absent or empty.
+
+    A parameter the declaration lacks (nor ``also``, e.g. a form's ``csrf_token``) is refused:
+    a mistyped filter silently ignored would show every job as if they matched it.
+    """
+    unknown = sorted(set(args) - set(params(name)) - set(also))
+    if unknown:
+        raise BadFilter(f"Unknown parameter{'s' if len(unknown) > 1 else ''}: "
+                        f"{', '.join(unknown)[:200]}. This page takes "
+                        f"{', '.join(params(name))}.")
     given = {}
     for param in params(name):
         raw = args.get(param) or None
+        if raw is not None and param in TYPED:
+            raw = raw.strip()
         if raw is not None and param in JOB_IDS:
-            raw = raw.strip().lstrip("#")
+            raw = raw.lstrip("#")
         if raw:
             given[param] = raw
     errors = FieldErrors()
@@ -42,9 +54,10 @@ def _wording(field: str, detail: str) -> str:
     return f"{field} {detail[:1].lower()}{detail[1:]}"
 
 
-def parse_filters(args: Mapping[str, str]) -> dict[str, Any]:
-    """The filters and cursors of ``/ui/`` (status, type, priority, before, after)."""
-    return read("QueueFilters", args)
+def parse_filters(args: Mapping[str, str], *, also: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The filters, search and cursors of ``/ui/`` (status, type, priority, producer, worker,
+    q, before, after)."""
+    return read("QueueFilters", args, also=also)
 
 
 def prio_value(label: str | None) -> int | None:

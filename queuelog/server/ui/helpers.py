@@ -10,6 +10,7 @@ from flask_wtf.csrf import CSRFProtect
 
 from queuelog.model.jobs import Priority, isoformat, to_datetime
 from queuelog.server.auth import refuse_cross_site
+from queuelog.server.store import get_store
 
 csrf = CSRFProtect()
 HEADERS = {
@@ -45,7 +46,8 @@ def init_app(app: Flask) -> None:
     """Register the headers and the template filters."""
     app.after_request(secure_headers)
     app.jinja_env.filters.update(ts=_ts, iso=isoformat, count=_count, prio=_prio,
-                                 pretty=_pretty, duration=duration)
+                                 pretty=_pretty, duration=duration, ago=_ago,
+                                 detail=detail_value)
 
 
 def _ts(us: int | None) -> str:
@@ -58,6 +60,35 @@ def _count(value: int, cap: int) -> str:
 
 def _prio(value: int) -> str:
     return Priority.from_value(value).label
+
+
+PRIORITY_DETAILS = ("priority", "max_priority")  # audit details that hold a stored priority
+
+
+def detail_value(key: str, value: Any) -> str:
+    """An audit detail's value for people: priorities by label (``high``, not 20), else JSON."""
+    if key in PRIORITY_DETAILS and isinstance(value, int) and not isinstance(value, bool):
+        return Priority.from_value(value).label
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _ago(us: int | None) -> str:
+    return "" if us is None else relative(us, get_store().clock())
+
+
+def relative(us: int, now: int) -> str:
+    """A time relative to ``now`` for people: ``just now``, ``3 min ago``, ``in 2 h``."""
+    seconds = (now - us) / 1_000_000
+    span = abs(seconds)
+    if span < 10:
+        return "just now"
+    for limit, unit, size in ((60, "s", 1), (3600, "min", 60), (86400, "h", 3600)):
+        if span < limit:
+            n = int(span // size)
+            break
+    else:
+        n, unit = int(span // 86400), "day" if span < 2 * 86400 else "days"
+    return f"{n} {unit} ago" if seconds > 0 else f"in {n} {unit}"
 
 
 def duration(us: int | None) -> str:

@@ -21,6 +21,7 @@ from queuelog.server.ui.filters import PAGE_SIZE, BadFilter, parse_filters, prio
 from queuelog.server.ui.helpers import check_form, error_page
 
 bp = Blueprint("queue", __name__)
+FILTERS = ("status", "type", "priority", "producer", "worker", "q")  # kept by pager links
 
 
 @bp.get("/")
@@ -33,17 +34,18 @@ def index() -> Any:
         return error_page(400, "Bad filter", str(exc))
     store, who, config = get_store(), current_user(), current_app.config
     status = f["status"]
-    page = store.list_jobs(
-        status=None if status in (None, SCHEDULED) else Status(status),
+    page = actions.dashboard_jobs(
+        who, q=f["q"], status=None if status in (None, SCHEDULED) else Status(status),
         scheduled=status == SCHEDULED, type=f["type"], priority=prio_value(f["priority"]),
+        producer=f["producer"], worker=f["worker"],
         limit=PAGE_SIZE, before=f["before"], after=f["after"])
-    filters = {k: f[k] for k in ("status", "type", "priority") if f[k]}
+    filters = {k: f[k] for k in FILTERS if f[k]}
     types = sorted(set(config["JOB_TYPES"]) | ({f["type"]} if f["type"] else set()))
     return render_template(
         "ui/index.html", filters=filters, types=types, statuses=DASHBOARD_STATUSES,
         priorities=PRIORITIES, counts=store.count_by_status(config["COUNT_CAP"]),
         cap=config["COUNT_CAP"], chart=minute_chart(store.outcomes_per_minute(60)),
-        jobs=[actions.visible(j, who) for j in page.jobs], older=page.older, newer=page.newer,
+        jobs=page.jobs, older=page.older, newer=page.newer,
         now=store.clock(), bulk=_bulk_offer(f, who.is_admin))
 
 
@@ -106,7 +108,9 @@ def _act(job_id: int, action: str) -> Any:
 def _bulk_offer(f: dict[str, Any], is_admin: bool) -> dict[str, Any] | None:
     """The bulk action the current filter allows an admin, with its (capped) count."""
     verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel"}.get(f["status"] or "")
-    if not is_admin or verb is None:
+    # Bulk verbs select by status, type and priority: never offer "all N" for a list that
+    # a producer, worker or search narrowed, which would act on more jobs than it shows.
+    if not is_admin or verb is None or any(f[k] for k in ("producer", "worker", "q")):
         return None
     cap = current_app.config["COUNT_CAP"]
     n = get_store().count_matching(Status(f["status"]), type=f["type"],
