@@ -573,12 +573,6 @@ def listed(html: str) -> list[int]:
     return [int(i) for i in re.findall(r'<td><a href="/ui/jobs/(\d+)">#', html)]
 
 
-def keyed(store: Store, key: str, producer: str) -> int:
-    """Enqueue one job with an idempotency key; return its id."""
-    job, _ = store.enqueue(NewJob(producer, "email", "{}", 0, 3, idempotency_key=key))
-    return job.id
-
-
 def test_search_finds_a_job_by_id(client: Any, seeded: dict[str, int],
                                   viewer: dict[str, str]) -> None:
     for q in (str(seeded["failed"]), f"%23{seeded['failed']}", f"+{seeded['failed']}+"):
@@ -592,10 +586,10 @@ def test_search_by_idempotency_key_is_for_admins(client: Any, store: Store,
                                                  viewer: dict[str, str],
                                                  admin_user: dict[str, str]) -> None:
     """Admins find any producer's key; a viewer, who sees no keys, finds nothing by one."""
-    billing = keyed(store, "welcome-ada", "billing")
-    reports = keyed(store, "welcome-ada", "reports")
-    keyed(store, "welcome-bob", "billing")
-    numeric = keyed(store, str(billing), "reports")  # a key that reads like the id
+    billing = add(store, producer="billing", key="welcome-ada")
+    reports = add(store, producer="reports", key="welcome-ada")
+    add(store, producer="billing", key="welcome-bob")
+    numeric = add(store, producer="reports", key=str(billing))  # a key that reads like the id
     assert listed(client.get("/ui/?q=welcome-ada", headers=admin_user).text) == [reports,
                                                                                  billing]
     assert listed(client.get(f"/ui/?q={billing}", headers=admin_user).text) == [numeric,

@@ -434,7 +434,7 @@ def test_types_pause_buttons_are_on_screen_at_phone_width(live: Live, browser: A
         page = context.new_page()
         page.goto(live.base + "/ui/types")
         boxes = page.eval_on_selector_all(
-            "table.types button", "bs => bs.map(b => b.getBoundingClientRect().toJSON())")
+            "table.types td.action button", "bs => bs.map(b => b.getBoundingClientRect().toJSON())")
         assert len(boxes) == len(TYPES)
         assert all(b["left"] >= 0 and b["right"] <= PHONE["width"] for b in boxes), boxes
         page.click("button:has-text('Pause email')")  # clickable where it is
