@@ -77,6 +77,14 @@ class Dialect:
         """``column`` IN the ids ``query`` picks, evaluated once."""
         return column.in_(query)  # type: ignore[no-any-return]
 
+    def fold_counts(self) -> TextClause | None:
+        """The statement folding ``job_count_deltas`` into ``job_counts``; None: none kept.
+
+        SQLite's triggers write ``job_counts`` directly (one writer at a time, so no lock
+        is shared by concurrent claims there), and leave no deltas.
+        """
+        return None
+
 
 class SQLiteDialect(Dialect):
     """SQLite: WAL, one writer at a time (BEGIN IMMEDIATE), indexes pinned by INDEXED BY."""
@@ -225,7 +233,19 @@ class PostgresDialect(Dialect):
         return column == any_(func.array(query.scalar_subquery()))  # type: ignore[no-any-return]
 
 
+    def fold_counts(self) -> TextClause | None:
+        """Move the deltas into the totals in one statement (deleted rows are ours alone)."""
+        return _FOLD_COUNTS
+
+
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
+# Two folds at once: the second's DELETE waits on the first's rows and then finds them
+# gone, so no delta is added twice.
+_FOLD_COUNTS = text(
+    "WITH moved AS (DELETE FROM job_count_deltas RETURNING status, type, n) "
+    "INSERT INTO job_counts (status, type, n) "
+    "SELECT status, type, sum(n) FROM moved GROUP BY status, type "
+    "ON CONFLICT (status, type) DO UPDATE SET n = job_counts.n + excluded.n")
 _BY_NAME: dict[str, Dialect] = {d.name: d for d in (SQLiteDialect(), PostgresDialect())}
 
 
