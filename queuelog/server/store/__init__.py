@@ -20,12 +20,14 @@ from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
 from queuelog.server.store.types import Types, TypeSummary
+from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "SignIns",
-           "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
+__all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "RunningJob", "Scope",
+           "Series", "SignIns", "Store", "TypeSummary", "User", "WorkerSummary", "get_store",
+           "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Types, Bulk, Audit):
+class Store(Queue, Reads, Stats, Types, Workers, Bulk, Audit):
     """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",

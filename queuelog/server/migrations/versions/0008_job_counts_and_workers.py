@@ -36,7 +36,7 @@ SQLITE_TRIGGERS = [
 ]
 
 PG_FUNCTION = """
-CREATE FUNCTION queuelog_count_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION queuelog_count_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF TG_OP = 'INSERT' THEN
     INSERT INTO job_count_deltas (status, type, n)
