@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, func, select
+from sqlalchemy import Engine, bindparam, func, literal_column, select
 
 from queuelog.model.jobs import Outcome, Status
 from queuelog.server.store.engine import Clock
@@ -53,13 +53,16 @@ class WorkerSummary:
 _RUNNING = (select(jobs.c.worker_id, jobs.c.id, jobs.c.type, jobs.c.attempt, jobs.c.claimed_at,
                    jobs.c.lease_expires_at)
             .where(status_is(Status.RUNNING)).order_by(jobs.c.claimed_at, jobs.c.id))
-_LAST_CLAIMS = (select(job_attempts.c.worker_id, func.max(job_attempts.c.started_at))
-                .where(job_attempts.c.started_at >= bindparam("since"))
-                .group_by(job_attempts.c.worker_id))
-_LAST_HOUR = (select(job_attempts.c.worker_id, job_attempts.c.outcome, func.count())
+# Grouped by ``worker_id || ''``, not the column: grouping by the column lets SQLite pick the
+# (worker_id, job_id) index for its order and scan every attempt ever made (measured: 1 s
+# at a million jobs) instead of the time range.
+_WORKER = job_attempts.c.worker_id.concat(literal_column("''"))
+_LAST_CLAIMS = (select(_WORKER, func.max(job_attempts.c.started_at))
+                .where(job_attempts.c.started_at >= bindparam("since")).group_by(_WORKER))
+_LAST_HOUR = (select(_WORKER, job_attempts.c.outcome, func.count())
               .where(job_attempts.c.finished_at >= bindparam("since"),
                      job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
-              .group_by(job_attempts.c.worker_id, job_attempts.c.outcome))
+              .group_by(_WORKER, job_attempts.c.outcome))
 
 
 class Workers:
