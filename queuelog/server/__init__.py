@@ -53,13 +53,14 @@ def _install(app: Flask) -> None:
     """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
     from queuelog.server import (auth, commands, errors, longpoll, metrics, retention, store, ui,
                                  wakeups)
-    from queuelog.server.api import admin, audit, producer, read, types, worker
+    from queuelog.server.api import admin, audit, producer, read, types, worker, workers
     from queuelog.server.requests.parse import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     app.json.sort_keys = False  # type: ignore[attr-defined]
     for part in (errors, store, metrics, auth, longpoll, wakeups):
         part.init_app(app)
-    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp):
+    for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp,
+                      workers.bp):
         app.register_blueprint(blueprint)
     ui.init_app(app)
     commands.init_app(app)

@@ -25,7 +25,7 @@ from queuelog.server.auth import Principal, is_system_name
 from queuelog.server.longpoll import PollResult, long_polls
 from queuelog.server.sanitize import sanitize_error
 from queuelog.server.store import (ALL, ApiKey, Event, NewJob, Page, Scope, TypeSummary,
-                                   get_store)
+                                   WorkerSummary, get_store)
 
 CLI = "cli"  # the actor of every change made from the command line (a system name: auth)
 
@@ -269,6 +269,12 @@ def purge(actor: str, older_than_seconds: int, statuses: Sequence[Status]) -> in
     """Delete finished jobs past the cutoff; recorded as ``jobs.purge`` even when none."""
     return get_store().purge(older_than_seconds * 1_000_000, statuses, actor=actor,
                              audit_empty=True)
+
+
+# -- workers ------------------------------------------------------------------------------
+def workers() -> list[WorkerSummary]:
+    """Every worker key holding a job or that claimed in the last 24 hours (viewer+)."""
+    return get_store().workers()
 
 
 # -- job types ----------------------------------------------------------------------------

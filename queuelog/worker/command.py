@@ -36,6 +36,7 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     It speaks HTTP to the server at URL, and loads no app and writes no file here.
     """
     from queuelog.client import Client
+    from queuelog.worker.linux import make_not_dumpable, scrub_environ
     from queuelog.worker.runner import Runner, read_token
     if not url:
         raise click.UsageError("no server: give --url or set QUEUELOG_URL")
@@ -44,6 +45,10 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
                            os.environ.get("QUEUELOG_TOKEN"))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    # The token now lives in this process only: out of its environment (for anything it
+    # starts), and /proc/PID/environ and memory unreadable to its commands (same user).
+    scrub_environ("QUEUELOG_TOKEN")
+    make_not_dumpable()
     if shutil.which(command[0]) is None:
         raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
     type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None

@@ -33,9 +33,10 @@ class JobRun:
     def __init__(self, job: dict[str, Any], *, settings: Settings, client: Client,
                  answers: Answers, must_stop: Callable[[], bool],
                  refused: Callable[[ProblemError], None], log: Callable[[str], None],
-                 clock: Clock = SYSTEM) -> None:
+                 clock: Clock = SYSTEM, hurry: Callable[[], bool] = lambda: False) -> None:
         self.job, self.settings, self.client, self.answers = job, settings, client, answers
         self.must_stop, self.refused, self.log, self.clock = must_stop, refused, log, clock
+        self.hurry = hurry  # a second signal: a stopped command gets no 5 s after SIGTERM
         self.lease = settings.lease or lease_of(job)
         self.lost = threading.Event()
         self.done = threading.Event()
@@ -87,6 +88,9 @@ class JobRun:
             why = ("lost" if self.lost.is_set() else "timeout"
                    if self.clock.monotonic() >= deadline else "stopped"
                    if self.must_stop() else None)
+            if why == "stopped":  # grace is over: SIGTERM, SIGKILL 5 s later (CONTRACT)
+                proc.stop(self.hurry)
+                return why
             if why:
                 proc.kill()
                 return why

@@ -7,12 +7,19 @@ import signal
 import subprocess
 import threading
 import time
-from typing import IO, Any
+from typing import IO, Any, Callable
+
+from queuelog.worker.linux import die_with_parent
+from queuelog.worker.reaper import Reaper
 
 STDOUT_TAIL = 4096           # kept as {"stdout": ...} when the output is not a JSON object
 STDOUT_WHOLE = 1 << 20       # output up to this size is tried as a JSON result
 ERROR_BYTES = 8192           # MAX_ERROR_BYTES' default: the server cuts the error there
-PIPE_SETTLE_SECONDS = 1.0    # after the command exits, how long its pipes may stay open
+PIPE_SETTLE_SECONDS = 1.0    # after the group is killed, how long its pipes may stay open
+TERM_TO_KILL_SECONDS = 5.0   # a stopped command's group: SIGTERM, then SIGKILL this much later
+
+# One per runner process: kills the jobs' groups if the runner dies (see reaper.py).
+REAPER = Reaper()
 
 
 class Capture:
@@ -39,12 +46,16 @@ class JobProcess:
     """COMMAND started without a shell in a new session, the payload on its standard input.
 
     A new session makes it the leader of its own process group, so ``kill`` reaches its
-    children and grandchildren too, and a Ctrl-C at the runner's terminal does not.
+    children and grandchildren too, and a Ctrl-C at the runner's terminal does not. It dies
+    with the runner (``PR_SET_PDEATHSIG``), and the reaper kills its group if the runner is
+    SIGKILLed, so a background grandchild does not outlive the runner either.
     """
 
     def __init__(self, argv: list[str], payload: Any, env: dict[str, str]) -> None:
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, start_new_session=True)
+                                     stderr=subprocess.PIPE, env=env, start_new_session=True,
+                                     preexec_fn=die_with_parent())
+        REAPER.watch(self.proc.pid)
         self.stdout = Capture(STDOUT_WHOLE, STDOUT_TAIL)
         self.stderr = Capture(ERROR_BYTES, ERROR_BYTES)
         self._readers = [self._thread(self._read, self.proc.stdout, self.stdout),
@@ -84,23 +95,32 @@ class JobProcess:
         except subprocess.TimeoutExpired:
             return False
 
-    def kill(self) -> None:
-        """SIGKILL the whole process group (the command and everything it started)."""
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Signal the whole process group (the command and everything it started)."""
         try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
-    def finish(self) -> int:
-        """After exit: collect the output; returns the exit status (negative: a signal).
+    def stop(self, hurry: Callable[[], bool], patience: float = TERM_TO_KILL_SECONDS) -> None:
+        """SIGTERM the group; SIGKILL it ``patience`` s later, or as soon as ``hurry()``."""
+        self.kill(signal.SIGTERM)
+        deadline = time.monotonic() + patience
+        while not self.wait(min(0.1, deadline - time.monotonic())):
+            if hurry() or time.monotonic() >= deadline:
+                break
+        self.kill()
 
-        Children left behind keep the pipes open; they get a moment, then the group is
-        killed, so a job's stray processes do not outlive it.
+    def finish(self) -> int:
+        """After exit: kill what is left of its group, collect the output; the exit status.
+
+        The job ends with its command: a background child it left is killed now (its
+        output so far is still read), so a job's stray processes never outlive it.
         """
         code = self.proc.wait()
-        if not self._drain(PIPE_SETTLE_SECONDS):
-            self.kill()
-            self._drain(PIPE_SETTLE_SECONDS)
+        self.kill()
+        self._drain(PIPE_SETTLE_SECONDS)
+        REAPER.forget(self.proc.pid)
         return code
 
     def _drain(self, seconds: float) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import sys
 import threading
 from typing import Any, TextIO
@@ -135,6 +136,10 @@ class Runner:
         except ProblemError as exc:
             return self._claim_refused(exc, tries)
         except Unreachable as exc:
+            tls = _tls_failure(exc)
+            if tls is not None:  # retrying cannot fix a certificate: say so and stop
+                self.give_up(f"TLS verification failed for {self.client.url}: {tls}", kill=True)
+                return tries
             return self._pause(tries, str(exc), None)
         finally:
             with self._state:  # the claimed jobs take their slots before the rest is freed
@@ -215,7 +220,7 @@ class Runner:
         try:
             JobRun(job, settings=self.settings, client=self.client, answers=self.answers,
                    must_stop=self.must_stop, refused=self.refused, log=self.log,
-                   clock=self.clock).run(release)
+                   clock=self.clock, hurry=self._hard.is_set).run(release)
         except Exception as exc:  # a bug here must not stop the other jobs or hang the exit
             self.log(f"job={job.get('id')} internal error: {type(exc).__name__}: {exc}")
         finally:
@@ -223,6 +228,16 @@ class Runner:
             with self._state:
                 self._jobs -= 1
                 self._state.notify_all()
+
+
+def _tls_failure(exc: BaseException) -> str | None:
+    """The certificate error behind an Unreachable, if that is what it is; else None."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return seen.verify_message or str(seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _is_job(job: Any) -> bool:

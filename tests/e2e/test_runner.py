@@ -613,3 +613,102 @@ printf '"}\\n'
     done = wait_for(lambda: finished(live, job["id"]), what="the refusal")
     assert done["status"] == "failed" and done["attempt"] == 1  # no retry: it would repeat
     assert done["error"].startswith("the server refused the result (422)")
+
+
+# -- the runner as a good citizen (issue 15) -------------------------------------------------
+
+def pids_in(path: Any) -> list[int]:
+    """The pids a handler wrote, one a line."""
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+def test_a_sigkilled_runner_takes_its_command_and_background_grandchild(live, work, jtype,
+                                                                       tmp_path):
+    pids = tmp_path / "pids"
+    handler = script(tmp_path, "forever.sh", f"""sleep 60 >/dev/null 2>&1 </dev/null &
+echo $! >> {pids}
+echo $$ >> {pids}
+sleep 60
+""")
+    live.producer.enqueue(jtype, {}, max_retries=0)
+    w = work("--types", jtype, "--", handler)
+    wait_for(lambda: len(pids_in(pids)) == 2, what="the command and its grandchild")
+    os.kill(w.proc.pid, signal.SIGKILL)  # the runner alone: no handler of its can run
+    w.wait()
+    wait_for(lambda: not any(alive(p) for p in pids_in(pids)), timeout=3,
+             what="the orphans to die")
+
+
+def test_a_background_grandchild_dies_when_its_job_ends(live, work, jtype, tmp_path):
+    pids = tmp_path / "pids"
+    # Its output redirected, so no pipe of the job's stays open: only the group kill finds it.
+    handler = script(tmp_path, "leaves.sh", f"""sleep 60 >/dev/null 2>&1 </dev/null &
+echo $! >> {pids}
+echo '{{"ok": true}}'
+""")
+    job = live.producer.enqueue(jtype, {})
+    work("--types", jtype, "--", handler)
+    done = wait_for(lambda: finished(live, job["id"]), what="completion")
+    assert done["status"] == "completed" and done["result"] == {"ok": True}
+    [grandchild] = pids_in(pids)
+    wait_for(lambda: not alive(grandchild), timeout=3, what="the grandchild to die")
+
+
+def test_grace_ends_with_sigterm_then_sigkill_5s_later(live, work, jtype, tmp_path):
+    got, pids = tmp_path / "got", tmp_path / "pids"
+    # Traps SIGTERM (notes it, keeps going): only the SIGKILL 5 s later ends it.
+    handler = script(tmp_path, "stubborn.sh", f"""trap 'echo TERM >> {got}' TERM
+echo $$ >> {pids}
+while true; do sleep 0.1; done
+""")
+    job = live.producer.enqueue(jtype, {}, max_retries=2)
+    w = work("--types", jtype, "--grace", "1", "--", handler)
+    wait_for(lambda: pids_in(pids), what="the command to start")
+    begun = time.monotonic()
+    w.signal(signal.SIGTERM)
+    wait_for(got.exists, timeout=5, what="SIGTERM at the end of the grace")
+    termed = time.monotonic() - begun
+    assert w.proc.poll() is None  # still waiting out the 5 s before SIGKILL
+    assert w.wait(timeout=30) == 0
+    ended = time.monotonic() - begun
+    assert termed >= 0.9 and ended - termed >= 4.5, (termed, ended)
+    assert not alive(pids_in(pids)[0])
+    now = live.admin.get(job["id"])
+    assert now["status"] == "pending" and "killed by signal" not in now["error"]
+    assert "stopped" in now["error"]
+
+
+def test_the_command_cannot_read_the_token_from_its_parent(live, work, jtype, tmp_path):
+    dump = tmp_path / "dump"
+    handler = script(tmp_path, "peek.sh", f"""cat /proc/$PPID/environ > {dump} 2>/dev/null
+tr '\\0' ' ' < /proc/$PPID/cmdline >> {dump}
+""")
+    job = live.producer.enqueue(jtype, {})
+    work("--types", jtype, "--", handler)
+    assert wait_for(lambda: finished(live, job["id"]), what="completion")["status"] == "completed"
+    seen = dump.read_bytes()
+    assert b"queuelog" in seen and b"work" in seen  # it did look at the runner
+    assert live.tokens["worker"].encode() not in seen and b"QUEUELOG_TOKEN" not in seen
+
+
+def test_a_tls_verification_failure_exits_1_with_one_line(work, jtype, tmp_path):
+    import ssl
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is needed to make a self-signed certificate")
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        w = work("--types", jtype, "--", "true",
+                 env={"QUEUELOG_URL": f"https://localhost:{httpd.server_port}"})
+        assert w.wait(timeout=20) == 1
+        lines = w.log().strip().splitlines()
+        assert len(lines) == 1 and "TLS verification failed" in lines[0], lines
+    finally:
+        httpd.shutdown()

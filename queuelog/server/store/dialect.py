@@ -131,6 +131,13 @@ class Dialect:
     def listen(self, engine: Engine, ring: Callable[[], None]) -> Any:
         """Start hearing other processes' wake-ups (a thread that calls ``ring``), or
         None where there is nothing to hear (an in-memory database)."""
+
+    def fold_counts(self) -> TextClause | None:
+        """The statement folding ``job_count_deltas`` into ``job_counts``; None: none kept.
+
+        SQLite's triggers write ``job_counts`` directly (one writer at a time, so no lock
+        is shared by concurrent claims there), and leave no deltas.
+        """
         return None
 
 
@@ -322,8 +329,21 @@ class PostgresDialect(Dialect):
         return column == any_(func.array(query.scalar_subquery()))  # type: ignore[no-any-return]
 
 
+    def fold_counts(self) -> TextClause | None:
+        """Move the deltas into the totals in one statement (deleted rows are ours alone)."""
+        return _FOLD_COUNTS
+
+
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
 _NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
+
+# Two folds at once: the second's DELETE waits on the first's rows and then finds them
+# gone, so no delta is added twice.
+_FOLD_COUNTS = text(
+    "WITH moved AS (DELETE FROM job_count_deltas RETURNING status, type, n) "
+    "INSERT INTO job_counts (status, type, n) "
+    "SELECT status, type, sum(n) FROM moved GROUP BY status, type "
+    "ON CONFLICT (status, type) DO UPDATE SET n = job_counts.n + excluded.n")
 _BY_NAME: dict[str, Dialect] = {d.name: d for d in (SQLiteDialect(), PostgresDialect())}
 
 

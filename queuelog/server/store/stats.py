@@ -1,14 +1,13 @@
-"""Dashboard reads: capped counts per status and the per-minute outcome series.
+"""Dashboard reads: counts per status and the per-minute outcome series.
 
-Both stay cheap at any table size. Counts stop at a cap (``COUNT_CAP``, shown as
-"10,000+"), so each is an index range of at most cap+1 entries, never a scan of the
-table; we keep no counter rows, because a row every claim updates would serialize
-claims on PostgreSQL. The chart reads one hour of ``job_attempts.finished_at``
+Both stay cheap at any table size. Jobs per status come from the trigger-kept counts
+(``counts.py``: exact, and as cheap at 10M jobs as at 1k); the dashboard still shows them
+capped (``COUNT_CAP``, "10,000+"). "Scheduled" depends on the clock, so it stays an index
+range of at most cap+1 entries. The chart reads one hour of ``job_attempts.finished_at``
 (index ``ix_attempts_finished``), so it costs the last hour's throughput, not history.
 
-Also the /metrics gauges (``gauges``) and purge's ``--dry-run`` count. The gauges' job
-counts are exact, so they read the whole ``(status, type, id)`` index (no rows); the other
-gauges read index ranges that do not grow with history.
+Also the /metrics gauges (``gauges``) and purge's ``--dry-run`` count; every gauge reads
+the counts or index ranges that do not grow with history.
 """
 from __future__ import annotations
 
@@ -20,6 +19,7 @@ from sqlalchemy import Engine, bindparam, func, literal_column, select
 
 from queuelog.model.jobs import FINISHED, Outcome, Priority, Status
 from queuelog.server.store.tables import job_attempts, jobs, paused_types
+from queuelog.server.store.counts import job_counts_of
 from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
@@ -57,22 +57,17 @@ def _capped(*cond: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def _counts_statement() -> Any:
-    """One SELECT of capped counts: a round trip and a snapshot for the whole bar."""
-    cols = [_capped(jobs.c.status == literal_column(f"'{s.value}'")).label(s.value)
-            for s in Status]
+def _scheduled_statement() -> Any:
+    """Capped counts of scheduled jobs, one per priority, in one SELECT."""
     # Scheduled = pending with a future run_at. One range per priority over the claim
     # index (priority, run_at), so a million due jobs are never walked to find them.
     pending = jobs.c.status == literal_column(f"'{Status.PENDING.value}'")
-    cols += [_capped(pending, jobs.c.priority == literal_column(str(int(p))),
+    cols = [_capped(pending, jobs.c.priority == literal_column(str(int(p))),
                      jobs.c.run_at > bindparam("now")).label(f"scheduled_{p.label}")
              for p in Priority]
     return select(*cols)
 
 
-# In index order, so the (status, type, id) index answers alone: no rows, no sort.
-_COUNTS = (select(jobs.c.status, jobs.c.type, func.count())
-           .group_by(jobs.c.status, jobs.c.type).order_by(jobs.c.status, jobs.c.type))
 @functools.lru_cache(maxsize=8)
 def _oldest_due_statement(n_types: int) -> Any:
     """The oldest due run_at of each type, one scalar subquery per type, in one SELECT.
@@ -111,13 +106,18 @@ class Stats:
 
     engine: Engine
     clock: Clock
+    _write: Engine
+
+    def job_counts(self) -> dict[tuple[str, str], int]:
+        """Exact jobs per (status, type); pairs with no job are left out."""
+        return job_counts_of(self.engine, self._write)
 
     def gauges(self, types: Sequence[str]) -> Gauges:
         """The /metrics gauges, from one connection; each read walks an index."""
         types = list(types)
         now = self.clock()
+        counts = sorted(self.job_counts().items())
         with self.engine.connect() as conn:
-            counts = [((st, t), int(n)) for st, t, n in conn.execute(_COUNTS)]
             oldest: dict[str, int] = {}
             if types:
                 row = conn.execute(_oldest_due_statement(len(types)), {
@@ -138,11 +138,14 @@ class Stats:
                 "wanted": wanted, "cutoff": self.clock() - older_than_us}).scalar_one())
 
     def count_by_status(self, cap: int) -> dict[str, int]:
-        """Jobs per status plus ``scheduled``, each counted only up to ``cap`` + 1."""
+        """Jobs per status plus ``scheduled``, each shown only up to ``cap`` + 1."""
         with self.engine.connect() as conn:
-            row = conn.execute(_counts_statement(), {"cap": cap + 1,
-                                                     "now": self.clock()}).one()
-        out = {s.value: int(row._mapping[s.value]) for s in Status}
+            row = conn.execute(_scheduled_statement(), {"cap": cap + 1,
+                                                        "now": self.clock()}).one()
+        out = {s.value: 0 for s in Status}
+        for (status, _type), n in self.job_counts().items():
+            out[status] = out.get(status, 0) + n
+        out = {k: min(n, cap + 1) for k, n in out.items()}
         scheduled = sum(int(row._mapping[f"scheduled_{p.label}"]) for p in Priority)
         out["scheduled"] = min(scheduled, cap + 1)
         return out

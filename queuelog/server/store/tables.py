@@ -157,3 +157,24 @@ signin_failures = Table(
 Index("ix_signin_failures_pair_at", signin_failures.c.username, signin_failures.c.address,
       signin_failures.c.at)
 Index("ix_signin_failures_at", signin_failures.c.at)  # the bounded sweep of expired rows
+
+# Jobs per (status, type), kept by triggers on ``jobs`` (migration 0008), so that /metrics,
+# GET /types and the dashboard count in time independent of the table's size. On
+# PostgreSQL the triggers append to ``job_count_deltas`` (no row lock shared by claims);
+# the true count is ``job_counts.n`` plus the deltas (``Stats.job_counts``).
+job_counts = Table(
+    "job_counts", metadata,
+    Column("status", String(16), primary_key=True),
+    Column("type", String(100), primary_key=True),
+    Column("n", BigInteger, nullable=False),
+)
+job_count_deltas = Table(
+    "job_count_deltas", metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True,
+           autoincrement=True),
+    Column("status", String(16), nullable=False),
+    Column("type", String(100), nullable=False),
+    Column("n", BigInteger, nullable=False),
+)
+# GET /workers: who claimed in the last 24 hours (migration 0008).
+Index("ix_attempts_started_worker", job_attempts.c.started_at, job_attempts.c.worker_id)

@@ -5,7 +5,7 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, insert, literal_column, select
+from sqlalchemy import Engine, bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.jobs import Outcome, Status
@@ -30,27 +30,19 @@ class TypeSummary:
     paused: bool
     paused_at: int | None
     paused_by: str | None
-    counts: dict[str, int]            # per status, each at most the cap + 1
+    counts: dict[str, int]            # per status (exact, from counts.py), at most the cap + 1
     oldest_pending_us: int            # age of the oldest due pending job, 0 when none
     completed_last_hour: int
     failed_last_hour: int             # failed attempts, lease expiries included
     flow: FlowState | None = None     # limits in force, running, why a claim skips it
 
 
-def _capped(*cond: Any) -> Any:
-    # As on /ui/: COUNT over a LIMITed subquery stops reading at cap + 1 index entries.
-    sub = (select(literal_column("1")).select_from(jobs).where(*cond)
-           .limit(bindparam("cap")).subquery())
-    return select(func.count()).select_from(sub).scalar_subquery()
-
-
 @functools.lru_cache(maxsize=8)
 def _summary_statement(n_types: int) -> Any:
-    """Capped counts per (status, type) and the oldest due run_at per type, in one SELECT."""
+    """The oldest due run_at per type, in one SELECT."""
     cols = []
     for i in range(n_types):
         t = bindparam(f"t{i}")
-        cols += [_capped(status_is(s), jobs.c.type == t).label(f"{s.value}_{i}") for s in Status]
         # The (type, run_at) partial index: the first entry of the type is the answer.
         cols.append(select(jobs.c.run_at).where(status_is(Status.PENDING), jobs.c.type == t,
                                                 jobs.c.run_at <= bindparam("now"))
@@ -85,11 +77,12 @@ class Types:
         now = self.clock()
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
         with self.engine.connect() as conn:
-            row = conn.execute(_summary_statement(len(types)),
-                               {**params, "cap": cap + 1, "now": now}).one()._mapping
+            row = conn.execute(_summary_statement(len(types)), {**params, "now": now}
+                               ).one()._mapping if types else {}
             hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()
             paused = {r.type: r for r in conn.execute(select(paused_types)).all()}
         flows = self.flow_states(types)  # type: ignore[attr-defined]  (TypeLimits, mixed in)
+        counts = self.job_counts()  # type: ignore[attr-defined]  # Stats, in the Store
         done: dict[tuple[str, str], int] = {}
         for job_type, outcome, n in hour:
             kind = "completed" if outcome == Outcome.COMPLETED.value else "failed"
@@ -101,7 +94,8 @@ class Types:
             out.append(TypeSummary(
                 name=name, paused=p is not None, paused_at=p and p.paused_at,
                 paused_by=p and p.paused_by,
-                counts={s.value: int(row[f"{s.value}_{i}"]) for s in Status},
+                counts={s.value: min(counts.get((s.value, name), 0), cap + 1)
+                        for s in Status},
                 oldest_pending_us=0 if oldest is None else max(0, now - oldest),
                 completed_last_hour=done.get((name, "completed"), 0),
                 failed_last_hour=done.get((name, "failed"), 0), flow=flows[name]))
