@@ -314,8 +314,10 @@ def init_app(app: Flask) -> None:
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     # Flask's own ``run``, after creating the first admin: "printed once at first start".
-    from queuelog.server import bootstrap_admin
-    bootstrap_admin(click.get_current_context().ensure_object(ScriptInfo).load_app())
+    from queuelog.server import bootstrap_admin, schedules
+    app = click.get_current_context().ensure_object(ScriptInfo).load_app()
+    bootstrap_admin(app)
+    schedules.start(app)  # the development server makes ticks too
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 
 

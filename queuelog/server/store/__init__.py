@@ -17,16 +17,17 @@ from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_s
 from queuelog.server.store.enqueue import NewJob
 from queuelog.server.store.queue import Queue
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
+from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
 from queuelog.server.store.types import Types, TypeSummary
 
 __all__ = ["ALL", "Accounts", "ApiKey", "Event", "NewJob", "Page", "Scope", "Series", "SignIns",
-           "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
+           "ScheduleState", "Store", "TypeSummary", "User", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Types, Bulk, Audit):
-    """Job verbs, reads, types, bulk, audit, ``accounts`` (keys, users): one engine and clock."""
+class Store(Queue, Reads, Stats, Types, Bulk, Audit, Schedules):
+    """Job verbs, reads, types, bulk, audit, schedules, ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,

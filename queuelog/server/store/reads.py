@@ -82,7 +82,7 @@ class Reads:
     def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
                   type: str | None = None, priority: int | None = None, limit: int = 50,
                   before: int | None = None, after: int | None = None,
-                  scheduled: bool = False) -> Page:
+                  scheduled: bool = False, schedule: str | None = None) -> Page:
         """A newest-first page; ``before``/``after`` are keyset cursors (job ids).
 
         ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future.
@@ -96,6 +96,8 @@ class Reads:
             cond.append(jobs.c.type == type)
         if priority is not None:
             cond.append(jobs.c.priority == priority)
+        if schedule is not None:
+            cond.append(jobs.c.schedule == schedule)
         query = select(jobs).where(*cond).limit(limit + 1)
         if after is not None:  # walking towards newer jobs: ascending, then reversed
             query = query.where(jobs.c.id > after).order_by(jobs.c.id)
