@@ -1,5 +1,5 @@
 """The server's commands (``init-db``, ``db``, ``keys``, ``users``, ``purge``, ``audit``,
-``backup``, ``run``), on ``app.cli`` and, loaded lazily, in the ``queuelog`` console script.
+``schedules``, ``backup``, ``run``), on ``app.cli`` and, loaded lazily, in the ``queuelog`` console script.
 
 A command that needs the app (config, database) takes ``@with_appcontext`` (an ``AppGroup``
 gives it to its subcommands): the app is created only when such a command runs. ``bind``
@@ -288,6 +288,28 @@ def audit(limit: int) -> None:
         detail = json.dumps(e.detail, separators=(",", ":"), sort_keys=True) if e.detail else ""
         click.echo(f"{isoformat(e.at):<28} {e.actor:<20} {e.action:<14} "
                    f"{e.target or '-':<20} {detail}")
+
+
+@server.command("schedules")
+@with_appcontext
+def schedules_command() -> None:
+    """List the schedules (SCHEDULES) with their next run, last run and last job."""
+    from queuelog.server import schedules
+    defined = schedules.defined()
+    if not defined:
+        click.echo("No schedules are configured (SCHEDULES).")
+        return
+    now = get_store().clock()
+    click.echo(f"{'NAME':<20} {'CRON':<16} {'TIMEZONE':<16} {'TYPE':<10} {'STATE':<7} "
+               f"{'NEXT RUN':<28} {'LAST RUN':<28} LAST JOB")
+    for state in actions.schedule_states(list(defined)):
+        s = defined[state.name]
+        last = "-" if state.last_job is None else \
+            f"#{state.last_job[0]} {state.last_job[1].value}"
+        click.echo(f"{s.name:<20} {s.cron_text:<16} {s.timezone:<16} {s.type:<10} "
+                   f"{'paused' if state.paused else 'active':<7} "
+                   f"{isoformat(s.cron.next_after(now)) or '-':<28} "
+                   f"{isoformat(state.last_run_at) or '-':<28} {last}")
 
 
 @server.command("backup")

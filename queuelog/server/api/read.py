@@ -56,7 +56,8 @@ def metrics() -> Any:
     """Prometheus exposition: gauges read from the database now, counters, latencies."""
     from queuelog.server.metrics import exposition
     body, content_type = exposition(get_store(), list(current_app.config["JOB_TYPES"]),
-                                    request.headers.get("Accept"))
+                                    request.headers.get("Accept"),
+                                    list(current_app.config["SCHEDULES"]))
     return body, 200, {"Content-Type": content_type}
 
 

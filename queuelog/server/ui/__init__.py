@@ -1,6 +1,6 @@
 """The dashboard: server-rendered pages for viewers and admins, signed in with HTTP Basic.
 
-One blueprint per page module (``queue``, ``types``, ``audit``, ``bulk``), nested in the
+One blueprint per page module (``queue``, ``types``, ``schedules``, ``audit``, ``bulk``), nested in the
 ``ui`` blueprint at ``/ui``: their endpoints are ``ui.<page>.<view>``. Viewers and admins
 are roles, so an admin API key opens the dashboard too (a browser never sends a Bearer key
 by itself, so that adds no CSRF risk).
@@ -13,7 +13,7 @@ from flask import Blueprint, Flask, redirect, request, url_for
 from flask_wtf.csrf import CSRFError
 
 from queuelog.server.auth import current_user, require
-from queuelog.server.ui import audit, bulk, helpers, queue, types
+from queuelog.server.ui import audit, bulk, helpers, queue, schedules, types
 from queuelog.server.ui.helpers import csrf, error_page
 
 
@@ -26,7 +26,7 @@ def init_app(app: Flask) -> None:
     if app.config.get("SESSION_COOKIE_SAMESITE") is None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"  # the session holds the CSRF secret
     ui = Blueprint("ui", __name__, url_prefix="/ui")
-    for page in (queue, types, audit, bulk):
+    for page in (queue, types, schedules, audit, bulk):
         ui.register_blueprint(page.bp)
     app.register_blueprint(ui)
     app.register_error_handler(CSRFError, _csrf_failed)
