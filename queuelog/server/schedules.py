@@ -32,7 +32,7 @@ from queuelog.server.store import NewJob, Store
 
 log = logging.getLogger(__name__)
 
-LATE_SECONDS = 30       # a tick found later than this was missed (only catch_up makes it)
+LATE_SECONDS = 10       # a tick found later than this was missed (only catch_up makes it)
 MAX_SLEEP = 1.0         # the ticker looks at least this often (a pause, a stop)
 MIN_SLEEP = 0.01
 PRODUCER_PREFIX = "schedule:"
