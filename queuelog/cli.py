@@ -30,6 +30,7 @@ SERVER_COMMANDS: dict[str, str] = {
                "``db upgrade``.",
     "keys": "Create, list and revoke API keys.",
     "purge": "Delete finished jobs past retention, with their history, in small batches.",
+    "schedules": "List the schedules (SCHEDULES) with their next run, last run and last job.",
     "run": "Run a development server.",
     "users": "Manage the people who sign in to the dashboard.",
 }

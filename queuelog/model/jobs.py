@@ -168,6 +168,8 @@ class Job:
     updated_at: int
     finished_at: int | None
     attempts: tuple[Attempt, ...] | None = None
+    schedule: str | None = None        # the schedule that made it (SCHEDULES), else None
+    scheduled_for: int | None = None   # that schedule's tick (a run now: the run's time)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> "Job":
@@ -182,7 +184,8 @@ class Job:
             claimed_at=row["claimed_at"], lease_expires_at=row["lease_expires_at"],
             result=None if result is None else json.loads(result), error=row["error"],
             created_at=row["created_at"], updated_at=row["updated_at"],
-            finished_at=row["finished_at"],
+            finished_at=row["finished_at"], schedule=row.get("schedule"),
+            scheduled_for=row.get("scheduled_for"),
         )
 
     def with_attempts(self, attempts: tuple[Attempt, ...]) -> "Job":
@@ -202,6 +205,7 @@ class Job:
             "lease_expires_at": isoformat(self.lease_expires_at), "result": self.result,
             "created_at": isoformat(self.created_at), "updated_at": isoformat(self.updated_at),
             "finished_at": isoformat(self.finished_at),
+            "schedule": self.schedule, "scheduled_for": isoformat(self.scheduled_for),
         }
         if show_error:
             out["error"] = self.error

@@ -30,6 +30,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     _install(app)
     if serving:
         bootstrap_admin(app)
+        from queuelog.server import schedules
+        schedules.start(app)  # after gunicorn's fork: create_app runs in each worker
     return app
 
 
@@ -51,17 +53,19 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
 
 def _install(app: Flask) -> None:
     """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
-    from queuelog.server import (auth, commands, errors, longpoll, metrics, retention, store, ui,
-                                 wakeups)
+    from queuelog.server import (auth, commands, errors, longpoll, metrics, retention,
+                                 schedules, store, ui, wakeups)
     from queuelog.server.api import admin, audit, producer, read, types, worker, workers
+    from queuelog.server.api import schedules as schedules_api
     from queuelog.server.requests.parse import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     app.json.sort_keys = False  # type: ignore[attr-defined]
     for part in (errors, store, metrics, auth, longpoll, wakeups):
         part.init_app(app)
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp,
-                      workers.bp):
+                      workers.bp, schedules_api.bp):
         app.register_blueprint(blueprint)
+    schedules.init_app(app)
     ui.init_app(app)
     commands.init_app(app)
     retention.init_app(app)

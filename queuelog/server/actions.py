@@ -13,7 +13,7 @@ import dataclasses
 import hashlib
 import json
 from collections import Counter
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from flask import current_app
 
@@ -24,8 +24,8 @@ from queuelog.server import metrics
 from queuelog.server.auth import Principal, is_system_name
 from queuelog.server.longpoll import PollResult, long_polls
 from queuelog.server.sanitize import sanitize_error
-from queuelog.server.store import (ALL, ApiKey, Event, NewJob, Page, Scope, TypeSummary,
-                                   WorkerSummary, get_store)
+from queuelog.server.store import (ALL, ApiKey, Event, NewJob, Page, Scope, ScheduleState,
+                                   TypeSummary, WorkerSummary, get_store)
 
 CLI = "cli"  # the actor of every change made from the command line (a system name: auth)
 
@@ -62,10 +62,12 @@ def get_job(who: Principal, job_id: int) -> Job:
 
 
 def list_jobs(who: Principal, *, status: Status | None, type: str | None,
-              priority: int | None, limit: int, before: int | None) -> Page:
+              priority: int | None, limit: int, before: int | None,
+              schedule: str | None = None) -> Page:
     """A newest-first page of the jobs ``who`` may see (error text as ``visible``)."""
     page = get_store().list_jobs(scope=scope_of(who), status=status, type=type,
-                                 priority=priority, limit=limit, before=before)
+                                 priority=priority, limit=limit, before=before,
+                                 schedule=schedule)
     return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
 
 
@@ -319,6 +321,42 @@ def reset_limits(who: Principal, job_type: str, types: Sequence[str], cap: int) 
 def _configured(job_type: str, types: Sequence[str]) -> None:
     if job_type not in types:
         raise JobNotFound(f"No job type {job_type!r} is configured.")
+
+
+# -- schedules (recurring jobs) --------------------------------------------------------
+def schedule_tick(name: str, tick: int, new: NewJob) -> Job | None:
+    """The ticker: make the job of ``name``'s ``tick`` unless another server did (or it is
+    paused); woken and counted like an enqueue."""
+    job = get_store().make_tick(name, tick, new)
+    if job is not None:
+        metrics.jobs_enqueued(job.type)
+    return job
+
+
+def schedule_states(names: Sequence[str]) -> list[ScheduleState]:
+    """What the database knows of each schedule (viewer, admin, metrics)."""
+    return get_store().schedule_states(list(names))
+
+
+def set_schedule_paused(who: Principal, name: str, paused: bool,
+                        names: Sequence[str]) -> ScheduleState:
+    """Admin: pause or resume a configured schedule (404 otherwise; audited)."""
+    _admin(who)
+    if name not in names:
+        raise JobNotFound(f"No schedule {name!r} is configured.")
+    store = get_store()
+    store.set_schedule_paused(name, paused, who.name)
+    return store.schedule_states([name])[0]
+
+
+def run_schedule(who: Principal, name: str, jobs: Mapping[str, NewJob]) -> Job:
+    """Admin: one job of a configured schedule now, outside its ticks (audited)."""
+    _admin(who)
+    if name not in jobs:
+        raise JobNotFound(f"No schedule {name!r} is configured.")
+    job = get_store().run_schedule(name, jobs[name], who.name)
+    metrics.jobs_enqueued(job.type)
+    return job
 
 
 # -- the audit log ---------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """The server's commands (``init-db``, ``db``, ``keys``, ``users``, ``purge``, ``audit``,
-``backup``, ``run``), on ``app.cli`` and, loaded lazily, in the ``queuelog`` console script.
+``schedules``, ``backup``, ``run``), on ``app.cli`` and, loaded lazily, in the ``queuelog`` console script.
 
 A command that needs the app (config, database) takes ``@with_appcontext`` (an ``AppGroup``
 gives it to its subcommands): the app is created only when such a command runs. ``bind``
@@ -299,6 +299,28 @@ def audit(limit: int) -> None:
                    f"{e.target or '-':<20} {detail}")
 
 
+@server.command("schedules")
+@with_appcontext
+def schedules_command() -> None:
+    """List the schedules (SCHEDULES) with their next run, last run and last job."""
+    from queuelog.server import schedules
+    defined = schedules.defined()
+    if not defined:
+        click.echo("No schedules are configured (SCHEDULES).")
+        return
+    now = get_store().clock()
+    click.echo(f"{'NAME':<20} {'CRON':<16} {'TIMEZONE':<16} {'TYPE':<10} {'STATE':<7} "
+               f"{'NEXT RUN':<28} {'LAST RUN':<28} LAST JOB")
+    for state in actions.schedule_states(list(defined)):
+        s = defined[state.name]
+        last = "-" if state.last_job is None else \
+            f"#{state.last_job[0]} {state.last_job[1].value}"
+        click.echo(f"{s.name:<20} {s.cron_text:<16} {s.timezone:<16} {s.type:<10} "
+                   f"{'paused' if state.paused else 'active':<7} "
+                   f"{isoformat(s.cron.next_after(now)) or '-':<28} "
+                   f"{isoformat(state.last_run_at) or '-':<28} {last}")
+
+
 @server.command("backup")
 @click.argument("path", type=click.Path(dir_okay=False))
 @with_appcontext
@@ -323,8 +345,10 @@ def init_app(app: Flask) -> None:
 
 def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     # Flask's own ``run``, after creating the first admin: "printed once at first start".
-    from queuelog.server import bootstrap_admin
-    bootstrap_admin(click.get_current_context().ensure_object(ScriptInfo).load_app())
+    from queuelog.server import bootstrap_admin, schedules
+    app = click.get_current_context().ensure_object(ScriptInfo).load_app()
+    bootstrap_admin(app)
+    schedules.start(app)  # the development server makes ticks too
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 
 

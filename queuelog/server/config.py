@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import secrets
 import sys
@@ -12,12 +13,14 @@ from flask import Flask
 
 from queuelog.model import limits as flow
 from queuelog.model.problems import ConfigError
+from queuelog.server.requests.check import FieldErrors
 from queuelog.server.requests.parse import is_name
 
 __all__ = ["DEFAULTS", "check", "load", "require_number", "type_limits"]
 
 DEFAULTS: dict[str, Any] = {
     "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}},
+    "SCHEDULES": {},             # recurring jobs (schedules.py); each checked at start
     "MAX_PAYLOAD_BYTES": 65536,
     "MAX_CONTENT_LENGTH": 1048576,
     "MAX_ERROR_BYTES": 8192,
@@ -167,6 +170,52 @@ def check(config: Any) -> None:
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \
             or not 0 < base <= cap:
         raise ConfigError("RETRY_BACKOFF_SECONDS must be > 0 and at most RETRY_BACKOFF_MAX_SECONDS")
+    check_schedules(config)
+
+
+SCHEDULE_OPTIONS = frozenset({"cron", "type", "payload", "priority", "max_retries", "timezone",
+                              "catch_up"})
+JOB_FIELDS = ("type", "payload", "priority", "max_retries")  # what a tick's job is made of
+MAX_SCHEDULE_NAME = 100 - len("schedule:")  # its jobs' producer is "schedule:<name>"
+
+
+def check_schedules(config: Any) -> None:
+    """Each of ``SCHEDULES``: a name, a cron and zone, and a job ``POST /jobs`` would take."""
+    from queuelog.server import cron
+    from queuelog.server.requests.bodies import new_job
+    from queuelog.server.requests.check import Declared
+    schedules = config["SCHEDULES"]
+    if not isinstance(schedules, dict):
+        raise ConfigError("SCHEDULES must be a mapping of schedule name to options")
+    job = Declared(new_job(config)) if schedules else None
+    for name, opts in schedules.items():
+        at = f"SCHEDULES[{name!r}]"
+        if not is_name(name) or len(name) > MAX_SCHEDULE_NAME or "/" in name:
+            raise ConfigError(f"{at}: a schedule name is 1 to {MAX_SCHEDULE_NAME} characters, "
+                              "without '/'")
+        if not isinstance(opts, dict) or not {"cron", "type"} <= set(opts) \
+                or set(opts) - SCHEDULE_OPTIONS:
+            raise ConfigError(f"{at} must set cron and type, and may set only "
+                              f"{sorted(SCHEDULE_OPTIONS)}")
+        try:
+            cron.parse(opts["cron"], opts.get("timezone", "UTC"))
+        except ValueError as exc:
+            raise ConfigError(f"{at}: {exc}") from None
+        if not isinstance(opts.get("catch_up", False), bool):
+            raise ConfigError(f"{at}: catch_up must be true or false")
+        errors = FieldErrors()
+        assert job is not None
+        job.check({k: opts[k] for k in JOB_FIELDS if k in opts}, errors)
+        if not errors and len(json.dumps(opts.get("payload", {}), separators=(",", ":"))
+                              .encode()) > _payload_limit(config, opts["type"]):
+            errors.add("payload", "Larger than the type's payload limit as compact JSON.")
+        for error in errors:
+            raise ConfigError(f"{at}: its job would be refused: {error['field']}: "
+                              f"{error['detail']}")
+
+
+def _payload_limit(config: Any, job_type: str) -> int:
+    return int(config["JOB_TYPES"][job_type].get("max_payload_bytes", config["MAX_PAYLOAD_BYTES"]))
 
 
 def type_limits(name: str, opts: dict[str, Any]) -> flow.Limits:

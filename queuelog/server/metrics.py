@@ -136,6 +136,25 @@ def _flow_gauges(flows: Any) -> Iterator[GaugeMetricFamily]:
     yield from (limited, conc, rate, burst)
 
 
+class _ScheduleGauges:
+    """Each schedule's last tick, read from the database: "stopped firing" is one alert."""
+
+    def __init__(self, store: Any, schedules: Sequence[str]) -> None:
+        self.store = store
+        self.schedules = list(schedules)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Yield ``queuelog_schedule_last_run_timestamp_seconds`` (0 before its first tick)."""
+        last = self.store.last_ticks() if self.schedules else {}
+        family = GaugeMetricFamily(
+            "queuelog_schedule_last_run_timestamp_seconds",
+            "Unix time of the schedule's newest tick that made a job; 0 before the first.",
+            labels=["schedule"])
+        for name in self.schedules:
+            family.add_metric([name], last.get(name, 0) / 1_000_000)
+        yield family
+
+
 class _ProcessMetrics:
     """This process's counters and histogram (used when not in multiprocess mode)."""
 
@@ -144,10 +163,12 @@ class _ProcessMetrics:
         return _PROCESS.collect()
 
 
-def exposition(store: Any, types: Sequence[str], accept: str | None) -> tuple[bytes, str]:
+def exposition(store: Any, types: Sequence[str], accept: str | None,
+               schedules: Sequence[str] = ()) -> tuple[bytes, str]:
     """The scrape's body and content type (the format the scraper asked for)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_DatabaseGauges(store, types))
+    registry.register(_ScheduleGauges(store, schedules))
     if multiprocess_dir():
         multiprocess.MultiProcessCollector(registry)  # every worker's files, summed
     else:

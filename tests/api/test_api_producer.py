@@ -10,7 +10,8 @@ from helpers import SQLITE_ONLY, add_user, problem
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_count",
               "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
-              "lease_expires_at", "result", "created_at", "updated_at", "finished_at"]
+              "lease_expires_at", "result", "created_at", "updated_at", "finished_at", "schedule",
+              "scheduled_for"]
 
 
 @pytest.fixture

@@ -49,9 +49,11 @@ def seed(store: Store) -> None:
 
 @pytest.fixture
 def config() -> dict[str, Any]:
-    """No fsyncs (durability is not under test here); one more job type, from config."""
+    """No fsyncs (durability is not under test here); one more job type and a schedule."""
     return {"SQLITE_SYNCHRONOUS": "OFF",
-            "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}, "report": {"max_retries": 5}}}
+            "JOB_TYPES": {"email": {}, "pdf": {}, "sync": {}, "report": {"max_retries": 5}},
+            "SCHEDULES": {"nightly": {"cron": "0 3 * * *", "type": "report",
+                                      "timezone": "Europe/Berlin"}}}
 
 
 @pytest.fixture
@@ -140,7 +142,9 @@ def test_document_is_served_and_lists_every_route(client: Any, keys: Any, app: A
         "/jobs", "/jobs/{id}", "/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete",
         "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/healthz", "/metrics",
         "/openapi.json", "/jobs/retry", "/jobs/cancel", "/types", "/types/{type}/pause",
-        "/types/{type}/resume", "/types/{type}/limits", "/audit", "/jobs/batch", "/jobs/complete", "/jobs/fail"}
+        "/types/{type}/resume", "/types/{type}/limits", "/audit", "/jobs/batch", "/jobs/complete",
+        "/jobs/fail", "/schedules", "/schedules/{name}/pause", "/schedules/{name}/resume",
+        "/schedules/{name}/run", "/workers"}
     new_job = got.json["components"]["schemas"]["NewJob"]
     assert new_job["properties"]["type"]["enum"] == ["email", "pdf", "sync", "report"]
     assert client.get("/openapi.json").status_code == 401

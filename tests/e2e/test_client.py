@@ -378,15 +378,9 @@ def test_every_public_method_has_a_one_line_docstring():
     assert [n for n in public if not (getattr(Client, n).__doc__ or "").strip()] == []
 
 
-# -- LANDS WITH g2/g3/g4: the client methods of endpoints built in parallel ------------------
-# Written from CONTRACT.md; unmark (remove LANDS_WITH_OTHERS) once limits (g3), schedules
-# (g4) and workers (g2) are merged.
-LANDS_WITH_OTHERS = pytest.mark.xfail(reason="endpoint lands with g3/g4/g2", strict=False)
-
-
-@LANDS_WITH_OTHERS
-class TestEndpointsLandingWithOthers:
-    """set_limits / clear_limits (g3), schedules (g4), workers (g2)."""
+# -- limits, schedules, workers ------------------------------------------------------------
+class TestLimitsSchedulesWorkers:
+    """set_limits / clear_limits, the schedules' calls and workers against the app."""
 
     @pytest.fixture
     def config(self) -> dict[str, Any]:

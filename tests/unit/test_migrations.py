@@ -85,6 +85,10 @@ def fill_every_state(store: Store) -> None:
     # for the fill.
     paused_types.create(store.engine)
     type_limits.create(store.engine)
+    # Today's job statements read and write the columns schedules added (0007): lent too.
+    with store.engine.begin() as conn:
+        for column in LENT_JOB_COLUMNS:
+            conn.exec_driver_sql(f"ALTER TABLE jobs ADD COLUMN {column}")
     store.enqueue(new("pending-1"))
     done, _ = store.enqueue(new("done-1"))
     store.claim("w1", lease_seconds=60)  # pending-1 is older: it is claimed first, stays running
@@ -102,16 +106,23 @@ def fill_every_state(store: Store) -> None:
     store.accounts.create_user("ann", "pbkdf2:sha256:1000$salt$hash", "admin")
     paused_types.drop(store.engine)
     type_limits.drop(store.engine)
+    with store.engine.begin() as conn:
+        for column in LENT_JOB_COLUMNS:
+            conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column.split()[0]}")
+
+
+LENT_JOB_COLUMNS = ("schedule VARCHAR(100)", "scheduled_for BIGINT")
 
 
 def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of the release's four tables, in key order."""
+    """Every row of the release's four tables, in key order (that release's columns)."""
+    legacy = scripts().get_revision("0001").module.metadata
     engine = create_engine(url)
     try:
         with engine.connect() as conn:
             return {name: [tuple(r) for r in conn.execute(
-                select(metadata.tables[name]).order_by(
-                    *metadata.tables[name].primary_key.columns))]
+                select(legacy.tables[name]).order_by(
+                    *legacy.tables[name].primary_key.columns))]
                     for name in LEGACY_TABLES}
     finally:
         engine.dispose()

@@ -27,7 +27,7 @@ def list_jobs() -> Any:
     job_type, limit = q.get("type"), q.get("limit", 50)
     before = decode_cursor(q["cursor"]) if "cursor" in q else None
     page = actions.list_jobs(current_user(), status=status, type=job_type, priority=priority,
-                             limit=limit, before=before)
+                             limit=limit, before=before, schedule=q.get("schedule"))
     return {"jobs": [job_json(j) for j in page.jobs],
             "next_cursor": None if page.older is None else encode_cursor(page.older)}
 
@@ -56,7 +56,8 @@ def metrics() -> Any:
     """Prometheus exposition: gauges read from the database now, counters, latencies."""
     from queuelog.server.metrics import exposition
     body, content_type = exposition(get_store(), list(current_app.config["JOB_TYPES"]),
-                                    request.headers.get("Accept"))
+                                    request.headers.get("Accept"),
+                                    list(current_app.config["SCHEDULES"]))
     return body, 200, {"Content-Type": content_type}
 
 

@@ -50,7 +50,8 @@ RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
 # What the audit log records (store/audit.py writes only these; GET /audit filters by them).
 AUDIT_ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user.password",
                  "job.retry", "job.cancel", "jobs.retry", "jobs.cancel", "type.pause",
-                 "type.resume", "type.limits", "type.limits.reset", "jobs.purge", "audit.purge")
+                 "type.resume", "type.limits", "type.limits.reset", "jobs.purge", "audit.purge",
+                 "schedule.pause", "schedule.resume", "schedule.run")
 SCHEDULED = "scheduled"            # a dashboard-only status: pending with a future run_at
 DASHBOARD_STATUSES = ["pending", SCHEDULED, "running", "completed", "failed", "cancelled"]
 PRINTABLE_ASCII = "^[ -~]*$"
@@ -244,7 +245,7 @@ def _job_id() -> JSON:
 # ASCII digits); the dashboard's filters are here too, though not in the document.
 QUERIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "JobListQuery": lambda c: _page(status=_enum(STATUSES), type=_text(),
-                                    priority=_enum(PRIORITIES)),
+                                    priority=_enum(PRIORITIES), schedule=_text()),
     "AuditQuery": lambda c: _page(action=_enum(AUDIT_ACTIONS), actor=_text()),
     "QueueFilters": lambda c: _obj({"status": _enum(DASHBOARD_STATUSES), "type": _text(),
                                     "priority": _enum(PRIORITIES), "producer": _text(),

@@ -93,6 +93,9 @@ def _job_schemas() -> JSON:
         "run_at": _ts(), "claimed_at": _ts(True), "lease_expires_at": _ts(True),
         "result": {"anyOf": [_ref("JobResult"), {"type": "null"}]}, "error": admin_only,
         "created_at": _ts(), "updated_at": _ts(), "finished_at": _ts(True),
+        "schedule": {"type": ["string", "null"],
+                     "description": "The schedule that made the job, else null."},
+        "scheduled_for": _ts(True) | {"description": "That schedule's tick, else null."},
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
     }
@@ -166,6 +169,28 @@ def _operating_schemas(config: Mapping[str, Any]) -> JSON:
             "action": queries(config)["AuditQuery"]["properties"]["action"],
             "target": {"type": ["string", "null"]}, "detail": {"type": "object"},
         }, ("id", "at", "actor", "action", "target", "detail")),
+        "Schedule": _obj({
+            "name": {"type": "string"}, "cron": {"type": "string"},
+            "timezone": {"type": "string"}, "type": {"type": "string"},
+            "paused": {"type": "boolean"}, "next_run_at": _ts(True), "last_run_at": _ts(True),
+            "last_job": {"anyOf": [_obj({"id": _int(1, MAX_JOB_ID), "status": {
+                "type": "string", "enum": [st.value for st in Status]}}, ("id", "status")),
+                {"type": "null"}]},
+        }, ("name", "cron", "timezone", "type", "paused", "next_run_at", "last_run_at",
+            "last_job")),
+        "ScheduleList": _obj({"schedules": {"type": "array", "items": _ref("Schedule")}},
+                             ("schedules",)),
+        "RunningJob": _obj({
+            "id": _int(1, MAX_JOB_ID), "type": {"type": "string"}, "attempt": _int(1),
+            "claimed_at": _ts(), "lease_expires_at": _ts(),
+        }, ("id", "type", "attempt", "claimed_at", "lease_expires_at")),
+        "Worker": _obj({
+            "name": {"type": "string"}, "running": {"type": "array", "items": _ref("RunningJob")},
+            "last_claim_at": _ts(True), "completed_last_hour": _int(0),
+            "failed_last_hour": _int(0),
+        }, ("name", "running", "last_claim_at", "completed_last_hour", "failed_last_hour")),
+        "WorkerList": _obj({"workers": {"type": "array", "items": _ref("Worker")}},
+                           ("workers",)),
         "AuditPage": _obj({"events": {"type": "array", "items": _ref("AuditEvent")},
                            "next_cursor": {"type": ["string", "null"]}},
                           ("events", "next_cursor")),
@@ -247,7 +272,35 @@ def _paths(config: Mapping[str, Any]) -> JSON:
     """Every route of the JSON API (the dashboard's are not part of it)."""
     listed = _query(queries(config)["JobListQuery"])
     return {**_job_paths(listed), **_worker_paths(), **_operating_paths(config),
-            **_service_paths()}
+            **_schedule_paths(), **_service_paths()}
+
+
+def _schedule_paths() -> JSON:
+    """Recurring jobs (list, pause, resume, run now) and the workers at work."""
+    name = {"name": "name", "in": "path", "required": True,
+            "description": "A configured schedule (else 404).",
+            "schema": {"type": "string", "minLength": 1, "maxLength": 91,
+                       "pattern": "^[^/\\u0000]+$"}}
+    one = {"200": _json(_ref("Schedule"), "The schedule, as GET /schedules shows it.")}
+
+    def verb(op_id: str, summary: str, answers: JSON) -> JSON:
+        return {"post": _op(op_id, summary, "admin", answers, *WRITE, 404, 422,
+                            parameters=[name], requestBody=_body("Empty", False))}
+    return {
+        "/workers": {"get": _op("listWorkers", "Every worker key that claimed in the last 24 "
+                                "hours or holds a job now", "viewer, admin, metrics",
+                                {"200": _json(_ref("WorkerList"), "One entry each.")},
+                                401, 403)},
+        "/schedules": {"get": _op("listSchedules", "Every configured schedule",
+                                  "viewer, admin, metrics",
+                                  {"200": _json(_ref("ScheduleList"), "One entry each.")},
+                                  401, 403)},
+        "/schedules/{name}/pause": verb("pauseSchedule", "Pause a schedule: its ticks are "
+                                        "skipped", one),
+        "/schedules/{name}/resume": verb("resumeSchedule", "Resume a paused schedule", one),
+        "/schedules/{name}/run": verb("runSchedule", "Enqueue one job of the schedule now", {
+            "201": _json(_ref("Job"), "The job.", {"Location": _header("The job's URL.")})}),
+    }
 
 
 def _job_paths(list_params: list[JSON]) -> JSON:

@@ -20,19 +20,20 @@ from queuelog.server.store.enqueue import NewJob
 from queuelog.server.store.limits import FlowState, TypeLimits
 from queuelog.server.store.queue import Queue
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
+from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
 __all__ = ["ALL", "Accounts", "ApiKey", "Event", "FlowState", "NewJob", "Page", "RunningJob",
-           "Scope", "Series", "SignIns", "Store", "TypeSummary", "User", "WorkerSummary",
-           "get_store", "hash_token", "init_app"]
+           "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary", "User",
+           "WorkerSummary", "get_store", "hash_token", "init_app"]
 
 
-class Store(Queue, Reads, Stats, Types, TypeLimits, Workers, Bulk, Audit, Due):
-    """Job verbs, reads, types, limits, workers, bulk, audit, due times, ``accounts`` (keys,
-    users): one engine and clock."""
+class Store(Queue, Reads, Stats, Types, TypeLimits, Workers, Bulk, Audit, Due, Schedules):
+    """Job verbs, reads, types, limits, workers, bulk, audit, due times, schedules,
+    ``accounts`` (keys, users): one engine and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,

@@ -98,7 +98,7 @@ class Reads:
                   before: int | None = None, after: int | None = None,
                   scheduled: bool = False, producer: str | None = None,
                   worker: str | None = None, match_id: int | None = None,
-                  match_key: str | None = None) -> Page:
+                  match_key: str | None = None, schedule: str | None = None) -> Page:
         """A newest-first page; ``before``/``after`` are keyset cursors (job ids).
 
         ``scheduled`` keeps only pending jobs whose ``run_at`` is still in the future;
@@ -123,6 +123,8 @@ class Reads:
             if match_key is not None:
                 found += self._holding_key(match_key)
             cond.append(jobs.c.id.in_(found))
+        if schedule is not None:
+            cond.append(jobs.c.schedule == schedule)
         query = select(jobs).where(*cond).limit(limit + 1)
         if after is not None:  # walking towards newer jobs: ascending, then reversed
             query = query.where(jobs.c.id > after).order_by(jobs.c.id)

@@ -33,6 +33,9 @@ jobs = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
     Column("finished_at", BigInteger),
+    # Set on jobs a schedule made (SCHEDULES): its name and the tick (migration 0007).
+    Column("schedule", String(100)),
+    Column("scheduled_for", BigInteger),
     # V-09: a key is unique per producer, not across producers.
     UniqueConstraint("producer", "idempotency_key", name="uq_jobs_producer_idempotency"),
     # SQLite reuses the highest rowid once that row is deleted; AUTOINCREMENT never
@@ -55,6 +58,8 @@ Index("ix_jobs_type_id", jobs.c.type, jobs.c.id)
 Index("ix_jobs_priority_id", jobs.c.priority, jobs.c.id)
 Index("ix_jobs_producer_id", jobs.c.producer, jobs.c.id)
 Index("ix_jobs_worker_id", jobs.c.worker_id, jobs.c.id)
+# GET /jobs?schedule= and a schedule's last job (GET /schedules): newest first per schedule.
+Index("ix_jobs_schedule_id", jobs.c.schedule, jobs.c.id)
 # Retention deletes the oldest finished jobs first, in batches.
 Index("ix_jobs_status_finished", jobs.c.status, jobs.c.finished_at)
 # The oldest due pending job of a type (GET /types, queue age): one seek per type.
@@ -178,3 +183,21 @@ job_count_deltas = Table(
 )
 # GET /workers: who claimed in the last 24 hours (migration 0008).
 Index("ix_attempts_started_worker", job_attempts.c.started_at, job_attempts.c.worker_id)
+
+# One row per (schedule, tick) that made a job: the primary key is what makes a tick one job
+# however many servers race for it (the loser's transaction rolls back, job and all). Rows
+# older than an hour before a schedule's newest are deleted as new ones come in.
+schedule_ticks = Table(
+    "schedule_ticks", metadata,
+    Column("schedule", String(100), primary_key=True),
+    Column("tick", BigInteger, primary_key=True),
+    Column("job_id", BigInteger, nullable=False),
+)
+
+# One row per paused schedule; no row means it runs. In the database, as paused_types.
+paused_schedules = Table(
+    "paused_schedules", metadata,
+    Column("schedule", String(100), primary_key=True),
+    Column("paused_at", BigInteger, nullable=False),
+    Column("paused_by", String(100), nullable=False),
+)

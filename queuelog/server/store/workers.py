@@ -10,7 +10,6 @@ Three reads, none of which grows with the table's history:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from sqlalchemy import Engine, bindparam, func, literal_column, select
 

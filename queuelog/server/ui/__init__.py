@@ -1,6 +1,7 @@
 """The dashboard: server-rendered pages for viewers and admins, signed in with HTTP Basic.
 
-One blueprint per page module (``queue``, ``types``, ``workers``, ``audit``, ``bulk``, ``signout``), nested in the
+One blueprint per page module (``queue``, ``types``, ``schedules``, ``workers``, ``audit``, ``bulk``,
+``signout``), nested in the
 ``ui`` blueprint at ``/ui``: their endpoints are ``ui.<page>.<view>``. Viewers and admins
 are roles, so an admin API key opens the dashboard too (a browser never sends a Bearer key
 by itself, so that adds no CSRF risk).
@@ -13,14 +14,14 @@ from flask import Blueprint, Flask, current_app, redirect, request, url_for
 from flask_wtf.csrf import CSRFError
 
 from queuelog.server.auth import current_user, require
-from queuelog.server.ui import audit, bulk, helpers, queue, signout, types, workers
+from queuelog.server.ui import audit, bulk, helpers, queue, schedules, signout, types, workers
 from queuelog.server.ui.helpers import csrf, error_page
 
 # The header's pages, in order: (endpoint, label, admins only). A page appears once its
 # blueprint is registered, so the schedules and workers pages join when they exist; the
 # browser test walks this list, so every page in it is checked at phone width and by axe.
 NAV = [("ui.queue.index", "Jobs", False), ("ui.types.types", "Types", False),
-       ("ui.schedules.schedules", "Schedules", False), ("ui.workers.workers", "Workers", False),
+       ("ui.schedules.schedules_page", "Schedules", False), ("ui.workers.workers", "Workers", False),
        ("ui.audit.audit", "Audit", True)]
 # Pages where a reload could repeat or lose something (a confirmation, an error) get no
 # auto-refresh; every other page offers it.
@@ -36,7 +37,7 @@ def init_app(app: Flask) -> None:
     if app.config.get("SESSION_COOKIE_SAMESITE") is None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"  # the session holds the CSRF secret
     ui = Blueprint("ui", __name__, url_prefix="/ui")
-    for page in (queue, types, workers, audit, bulk, signout):
+    for page in (queue, types, schedules, workers, audit, bulk, signout):
         ui.register_blueprint(page.bp)
     app.register_blueprint(ui)
     app.register_error_handler(CSRFError, _csrf_failed)

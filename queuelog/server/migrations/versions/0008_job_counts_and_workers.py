@@ -9,7 +9,7 @@ an index for the workers page.
 Triggers, not code in the store: no path that changes a job's status can forget them.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0007
 Create Date: 2026-12-01
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
