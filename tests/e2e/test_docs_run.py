@@ -1,11 +1,13 @@
 """The docs cannot drift: every page's examples run, in order, against a live ``queuelog run``.
 
 The convention is in tests/docs_examples.py. README.md runs as it is; each page of docs/ runs
-after the README's walk-through (its keys and jobs are the page's starting point), on a fresh
-server and database of its own, in a scratch directory where ``examples/`` is the checkout's.
+after the README's walk-through (its keys, jobs and shell variables are the page's starting
+point: the walk-through runs once, and each page gets a copy of its database and scratch
+directory), on a server of its own, in a scratch directory where ``examples/`` is the checkout's.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -46,14 +48,13 @@ def clean_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    """``queuelog run`` on a free port; yields its URL and the environment to talk to it."""
+@contextlib.contextmanager
+def serve(tmp_path: Path, env: dict[str, str]) -> Iterator[str]:
+    """``queuelog run`` on a free port, on ``env``'s database; yields its URL."""
     if shutil.which("queuelog", path=BIN) is None:
         pytest.skip(f"the queuelog console script is not installed in {BIN}")
     if shutil.which("curl") is None:
         pytest.skip("the docs' examples need curl")
-    env = clean_env(tmp_path)
     port = free_port()
     log = open(tmp_path / "server.log", "wb")
     proc = subprocess.Popen([os.path.join(BIN, "queuelog"), "run", "--host", "127.0.0.1",
@@ -73,7 +74,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
                 pytest.fail("queuelog run did not come up:\n"
                             + (tmp_path / "server.log").read_text(errors="replace"))
             time.sleep(0.1)
-        yield url, {**env, "QUEUELOG_URL": url}
+        yield url
     finally:
         proc.terminate()
         try:
@@ -82,6 +83,45 @@ def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
             proc.kill()
             proc.wait()
         log.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """``queuelog run`` on a fresh database; yields its URL and the environment to talk to it."""
+    env = clean_env(tmp_path)
+    with serve(tmp_path, env) as url:
+        yield url, {**env, "QUEUELOG_URL": url}
+
+
+# The shell state the walk-through made (its variables and functions), kept for the pages.
+KEEP_STATE = ('for v in $(compgen -v); do grep -qx "$v" "$BEFORE" || declare -p "$v"; done '
+              '> "$STATE"; declare -f >> "$STATE"')
+
+
+@pytest.fixture(scope="session")
+def walked(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's walk-through, run once per test process: the database, scratch directory
+    and shell state every page starts from (a page costs its own steps, not the walk-through)."""
+    base = tmp_path_factory.mktemp("walkthrough")
+    env = clean_env(base)
+    prelude = page_steps(walkthrough(README.read_text(encoding="utf-8")), "README.md")
+    before = Step('compgen -v > "$BEFORE"', "", "state")
+    after = Step(KEEP_STATE, "", "state")
+    with serve(base, env) as url:
+        run_steps([before, *prelude, after], {**env, "QUEUELOG_URL": url,
+                                              "BEFORE": str(base / "before"),
+                                              "STATE": str(base / "state.sh")}, scratch(base))
+    # The server has stopped: its database files are whole, and safe to copy.
+    return base
+
+
+def resume(walked: Path, tmp_path: Path) -> Path:
+    """A copy of the walk-through's database and scratch directory in ``tmp_path``."""
+    for name in os.listdir(walked):
+        if name.startswith("docs.sqlite3") and not name.endswith("-wake"):
+            shutil.copy2(walked / name, tmp_path / name)
+    shutil.copytree(walked / "work", tmp_path / "work", symlinks=True)
+    return tmp_path / "work"
 
 
 def run_steps(steps: list[Step], env: dict[str, str], cwd: Path) -> list[str]:
@@ -117,11 +157,13 @@ def test_the_readme_runs_against_a_live_server(server: tuple[str, dict[str, str]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
-def test_every_page_runs_against_a_live_server(page: Path, server: tuple[str, dict[str, str]],
-                                               tmp_path: Path) -> None:
+def test_every_page_runs_against_a_live_server(page: Path, walked: Path, tmp_path: Path) -> None:
     """A page's examples succeed after the walk-through, and answer what the page shows."""
-    prelude = page_steps(walkthrough(README.read_text(encoding="utf-8")), "README.md")
+    work = resume(walked, tmp_path)
+    env = clean_env(tmp_path)
     steps = page_steps(page.read_text(encoding="utf-8"), str(page.relative_to(ROOT)))
-    outputs = run_steps(prelude + steps, server[1], scratch(tmp_path))
-    for step, out in zip(steps, outputs[len(prelude):]):
+    state = Step(f"source {walked / 'state.sh'}", "", "the walk-through's shell state")
+    with serve(tmp_path, env) as url:
+        outputs = run_steps([state, *steps], {**env, "QUEUELOG_URL": url}, work)
+    for step, out in zip(steps, outputs[1:]):
         check_output(step, out)
