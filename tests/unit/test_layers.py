@@ -101,12 +101,11 @@ def edges(root: pathlib.Path = PACKAGE) -> tuple[Edge, ...]:
     return tuple(found)
 
 
-def graph(found: Iterable[Edge], without: Iterable[tuple[str, str]] = ()) -> dict[str, set[str]]:
-    """Who imports whom, leaving out a package's imports of its own submodules and ``without``."""
-    dropped = set(without)
+def graph(found: Iterable[Edge]) -> dict[str, set[str]]:
+    """Who imports whom, leaving out a package's imports of its own submodules."""
     out: dict[str, set[str]] = {}
     for e in found:
-        if not e.imported.startswith(e.importer + ".") and (e.importer, e.imported) not in dropped:
+        if not e.imported.startswith(e.importer + "."):
             out.setdefault(e.importer, set()).add(e.imported)
     return out
 
