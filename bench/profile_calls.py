@@ -172,7 +172,7 @@ def main() -> None:
         getattr(calls, kind)(n)
         prof.disable()
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(25)
+        pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(int(os.environ.get("TOP", "25")))
         print(out.getvalue())
 
 

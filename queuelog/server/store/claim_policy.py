@@ -20,8 +20,7 @@ from typing import Any, Callable, Mapping, Sequence
 from sqlalchemy import ColumnElement, Connection, bindparam, select
 
 from queuelog.model.limits import NONE, Limits
-from queuelog.server.store.limits import (ROWS, in_force, lock_rows, running_counts, spend,
-                                          token_due_us, tokens_now)
+from queuelog.server.store.limits import Limiter, in_force, token_due_us, tokens_now
 from queuelog.server.store.tables import paused_types
 
 UNLIMITED = 1 << 30
@@ -57,20 +56,26 @@ class Allowance:
         return sorted(t for t, k in self.left.items() if k <= 0)
 
 
-def allowance(conn: Connection, dialect: Any, configured: Mapping[str, Limits],
+def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
               types: Sequence[str] | None, now: int,
               ) -> tuple[Allowance | None, dict[str, Limits]]:
     """Lock and read the limiters of the limited types this claim may take (None if none),
     and every type's limits in force."""
     wanted = None if types is None else set(types)
-    everywhere = in_force(configured, conn.execute(ROWS).all())
-    limited = [t for t, lim in everywhere.items() if lim.any and (wanted is None or t in wanted)]
+    first = limiter.rows(conn)
+    everywhere = in_force(configured, first)
+    limited = sorted(t for t, lim in everywhere.items()
+                     if lim.any and (wanted is None or t in wanted))
     if not limited:
         return None, everywhere
-    # Read again under the lock: a limit changed since the first read applies now.
-    rows = lock_rows(conn, dialect, sorted(limited))
+    rows = {r.type: r for r in first if r.type in limited}
+    if not limiter.dialect.writes_lock_reads or len(rows) < len(limited):
+        # Read again under the row locks (PostgreSQL): a limit changed since the first
+        # read applies now. SQLite's write transaction held its one lock from BEGIN, so
+        # the first read already was under it, unless a row must first be made.
+        rows = limiter.lock(conn, limited)
     limits = in_force({t: configured.get(t, NONE) for t in limited}, list(rows.values()))
-    running = running_counts(conn, [t for t, lim in limits.items() if lim.concurrency])
+    running = limiter.running(conn, [t for t, lim in limits.items() if lim.concurrency])
     out = Allowance({}, {}, None)
     for t, lim in limits.items():
         left = UNLIMITED
@@ -88,7 +93,7 @@ def allowance(conn: Connection, dialect: Any, configured: Mapping[str, Limits],
 
 
 def take(run: Callable[[list[str], int], list[Any]], n: int, allow: Allowance,
-         now: int, conn: Connection) -> list[Any]:
+         now: int, conn: Connection, limiter: Limiter) -> list[Any]:
     """Claim up to ``n`` jobs in claim order, at most what each limited type has left.
 
     ``run(blocked, k)`` claims the best ``k`` due jobs outside ``blocked``. Each round takes
@@ -110,5 +115,5 @@ def take(run: Callable[[list[str], int], list[Any]], n: int, allow: Allowance,
         n -= len(rows)
     spent = {t: allow.tokens[t] - sum(1 for r in got if r.type == t)
              for t in allow.tokens if any(r.type == t for r in got)}
-    spend(conn, now, spent)
+    limiter.spend(conn, now, spent)
     return got

@@ -8,9 +8,10 @@ still built once, at store set-up, so the claim path pays nothing for the indire
 """
 from __future__ import annotations
 
+import json
 import os
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (ColumnElement, Engine, Select, TextClause, any_, bindparam, create_engine,
                         event, func, text)
@@ -45,6 +46,9 @@ class Dialect:
     param_mark: str = "?"                     # the driver's placeholder, for raw driver SQL
     companions: tuple[str, ...] = ()          # files beside the database that are part of it
     backup_refusal: str | None = None         # why ``queuelog backup`` cannot copy it, if so
+    # A write transaction holds the database's one write lock from BEGIN, so whatever
+    # it reads no other writer changes before its commit (SQLite); else rows are locked.
+    writes_lock_reads: bool = False
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """A pooled engine for ``url``, set up for this database."""
@@ -90,6 +94,17 @@ class Dialect:
 
     def insert_ignore(self, table: Any) -> Any:
         """An INSERT that skips a row whose key exists (ON CONFLICT DO NOTHING)."""
+        raise NotImplementedError
+
+    def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
+        """One INSERT of any number of rows, every new row returned, ids ascending in the
+        rows' order; its parameters are ``rows_params(columns, rows)``. One statement
+        and one shape for any count (no statement per row, none compiled per count)."""
+        raise NotImplementedError
+
+    def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                    ) -> dict[str, Any]:
+        """The parameters of ``insert_rows`` for these rows."""
         raise NotImplementedError
 
     # -- wake-ups: "a job may have become claimable", to every process ------------------
@@ -148,6 +163,7 @@ class SQLiteDialect(Dialect):
     param_mark = "?"
     companions = ("-wal", "-shm", "-journal")
     synchronous_modes = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+    writes_lock_reads = True
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """WAL, a busy timeout, foreign keys and real transactions on every connection."""
@@ -201,6 +217,17 @@ class SQLiteDialect(Dialect):
     def insert_ignore(self, table: Any) -> Any:
         """SQLite's INSERT ... ON CONFLICT DO NOTHING."""
         return sqlite_dialect.insert(table).on_conflict_do_nothing()
+
+    def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
+        """The rows as one JSON array of arrays, read by ``json_each`` in array order."""
+        picks = ", ".join(f"value ->> {i}" for i in range(len(columns)))
+        return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
+                                               picks=picks))
+
+    def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                    ) -> dict[str, Any]:
+        """One JSON text: ``[[v1, v2, ...], ...]``."""
+        return {"rows": json.dumps([[row[c] for c in columns] for row in rows])}
 
     def _after_commit(self, engine: Engine) -> None:
         """One datagram to every other process's socket beside the database file."""
@@ -310,6 +337,19 @@ class PostgresDialect(Dialect):
         """PostgreSQL's INSERT ... ON CONFLICT DO NOTHING."""
         return postgresql_dialect.insert(table).on_conflict_do_nothing()
 
+    def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
+        """One array per column, zipped by ``unnest`` and inserted in their order."""
+        pg = postgresql_dialect.dialect()
+        arrays = ", ".join(f"CAST(:{c} AS {table.c[c].type.compile(dialect=pg)}[])"
+                           for c in columns)
+        return text(_PG_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
+                                           arrays=arrays))
+
+    def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                    ) -> dict[str, Any]:
+        """A list per column (psycopg sends each as an array)."""
+        return {c: [row[c] for row in rows] for c in columns}
+
     def _notify_others(self, conn: Any) -> None:
         """pg_notify in the transaction: delivered to every LISTEN at commit, or never."""
         conn.execute(_NOTIFY)
@@ -334,6 +374,12 @@ class PostgresDialect(Dialect):
         return _FOLD_COUNTS
 
 
+# Many rows in one statement (``insert_rows``): table and column names are the code's
+# own (tables.py), every value a bound parameter.
+_SQLITE_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM json_each(:rows) "
+                       "ORDER BY key RETURNING *")
+_PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {columns} FROM unnest({arrays}) "
+                   "WITH ORDINALITY AS r({columns}, ord) ORDER BY ord RETURNING *")
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
 _NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
 

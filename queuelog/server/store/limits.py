@@ -9,7 +9,6 @@ tokens writes them back. The claim-time decision itself is ``claim_policy.py``'s
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, Mapping, Sequence
 
@@ -19,6 +18,7 @@ from queuelog.model.jobs import Status
 from queuelog.model.limits import NONE, Limits
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import Clock
+from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.reads import status_is
 from queuelog.server.store.tables import jobs, paused_types, type_limits
 
@@ -68,33 +68,42 @@ def token_due_us(limits: Limits, tokens: float, now: int) -> int:
     return now + max(1, math.ceil((1.0 - tokens) / per_second * 1e6))
 
 
-def running_counts(conn: Connection, types: Sequence[str]) -> dict[str, int]:
-    """Running jobs per type (leases run out included: they count until taken back)."""
-    if not types:
-        return {}
-    return {t: int(n) for t, n in conn.execute(_RUNNING, {"types": list(types)})}
+class Limiter:
+    """The limiter's statements, compiled once for one store (prepared.py): the claim
+    runs them in every transaction where a limit is in force."""
 
+    def __init__(self, engine: Engine, dialect: Any) -> None:
+        sa_dialect = engine.dialect
+        self.dialect = dialect
+        self._rows = Prepared(ROWS, sa_dialect)
+        self._lock = Prepared(dialect.for_update(_LOCK), sa_dialect)
+        self._running = Prepared(_RUNNING, sa_dialect)
+        self._spend = Prepared(_SPEND, sa_dialect)
 
-def lock_rows(conn: Connection, dialect: Any, types: Sequence[str]) -> dict[str, Any]:
-    """Lock the limiter rows of ``types`` for this transaction (made first if missing)."""
-    lock = _locking(dialect)
-    rows = {r.type: r for r in conn.execute(lock, {"types": list(types)})}
-    missing = [t for t in types if t not in rows]
-    if missing:
-        conn.execute(dialect.insert_ignore(type_limits), [{"type": t} for t in missing])
-        rows = {r.type: r for r in conn.execute(lock, {"types": list(types)})}
-    return rows
+    def rows(self, conn: Connection) -> list[Any]:
+        """Every limiter row (a type's override and its bucket)."""
+        return self._rows.rows(conn, {})
 
+    def running(self, conn: Connection, types: Sequence[str]) -> dict[str, int]:
+        """Running jobs per type (leases run out included: they count until taken back)."""
+        if not types:
+            return {}
+        return {t: int(n) for t, n in self._running.rows(conn, {"types": list(types)})}
 
-@functools.lru_cache(maxsize=4)
-def _locking(dialect: Any) -> Any:
-    return dialect.for_update(_LOCK)  # built once per dialect, not per claim
+    def lock(self, conn: Connection, types: Sequence[str]) -> dict[str, Any]:
+        """Lock the limiter rows of ``types`` for this transaction (made first if missing)."""
+        rows = {r.type: r for r in self._lock.rows(conn, {"types": list(types)})}
+        missing = [t for t in types if t not in rows]
+        if missing:
+            conn.execute(self.dialect.insert_ignore(type_limits), [{"type": t} for t in missing])
+            rows = {r.type: r for r in self._lock.rows(conn, {"types": list(types)})}
+        return rows
 
-
-def spend(conn: Connection, now: int, left_tokens: Mapping[str, float]) -> None:
-    """Write back the buckets a claim spent from."""
-    if left_tokens:
-        conn.execute(_SPEND, [{"t": t, "tokens": v, "now": now} for t, v in left_tokens.items()])
+    def spend(self, conn: Connection, now: int, left_tokens: Mapping[str, float]) -> None:
+        """Write back the buckets a claim spent from."""
+        if left_tokens:
+            self._spend.many(conn, [{"t": t, "tokens": v, "now": now}
+                                    for t, v in left_tokens.items()])
 
 
 class TypeLimits:
@@ -105,10 +114,11 @@ class TypeLimits:
     _write: Engine
     dialect: Any
     configured_limits: dict[str, Limits]
+    limiter: Limiter
 
     def limits_in_force(self, conn: Connection) -> dict[str, Limits]:
         """Every type's limits now (types with none are left out)."""
-        got = in_force(self.configured_limits, conn.execute(ROWS).all())
+        got = in_force(self.configured_limits, self.limiter.rows(conn))
         return {t: lim for t, lim in got.items() if lim.any}
 
     def set_limits(self, job_type: str, fields: Mapping[str, Any], actor: str) -> None:
@@ -116,7 +126,7 @@ class TypeLimits:
         it); audited as ``type.limits`` in the same transaction. ValueError if invalid."""
         with self._write.begin() as conn:
             now = self.clock()
-            row = lock_rows(conn, self.dialect, [job_type])[job_type]
+            row = self.limiter.lock(conn, [job_type])[job_type]
             old = in_force(self.configured_limits, [row]).get(job_type, NONE)
             new = old.changed(dict(fields))  # ValueError: burst without a rate
             conn.execute(update(type_limits).where(type_limits.c.type == job_type).values(
@@ -130,7 +140,7 @@ class TypeLimits:
         """Back to the configured limits; audited as ``type.limits.reset``."""
         with self._write.begin() as conn:
             now = self.clock()
-            lock_rows(conn, self.dialect, [job_type])
+            self.limiter.lock(conn, [job_type])
             conn.execute(update(type_limits).where(type_limits.c.type == job_type).values(
                 overridden=False, concurrency=None, rate=None, burst=None,
                 updated_at=now, updated_by=actor[:100]))
@@ -141,9 +151,9 @@ class TypeLimits:
         """Per type: limits in force, running jobs and why a claim would skip it now."""
         now = self.clock()
         with self.engine.connect() as conn:
-            rows = {r.type: r for r in conn.execute(ROWS)}
+            rows = {r.type: r for r in self.limiter.rows(conn)}
             limits = in_force(self.configured_limits, list(rows.values()))
-            running = running_counts(conn, list(types))
+            running = self.limiter.running(conn, list(types))
             paused = set(conn.execute(select(paused_types.c.type)).scalars())
         out = {}
         for t in types:

@@ -24,6 +24,8 @@ from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.dialect import sql_of
 from queuelog.server.store.engine import Clock, system_clock, to_us
 from queuelog.server.store.enqueue import Enqueue
+from queuelog.server.store.limits import Limiter
+from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.tables import job_attempts, jobs
 from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions, status_is
 
@@ -76,6 +78,24 @@ class Queue(Enqueue):
         self._build_claim(lease_until)
         self._build_answers(lease_until)
         self._build_lookups()
+        self._prepare()
+
+    # The statements the job verbs run on every call: compiled once and run on the
+    # driver's cursor (prepared.py); purge's pick is still extended per call, as Core.
+    HOT = ("_claim_any", "_claim_typed", "_claim_any_b", "_claim_typed_b", "_expired",
+           "_attempt_start", "_attempt_end", "_heartbeat", "_complete_each", "_complete",
+           "_by_id", "_by_ids")
+    HOT_BY_HOLDER = ("_budget", "_retry_later", "_fail_now")
+
+    def _prepare(self) -> None:
+        self._prepare_enqueue()
+        self.limiter = Limiter(self.engine, self.dialect)
+        sa_dialect = self.engine.dialect
+        for name in self.HOT:
+            setattr(self, name, Prepared(getattr(self, name), sa_dialect))
+        for name in self.HOT_BY_HOLDER:
+            setattr(self, name, {own: Prepared(stmt, sa_dialect)
+                                 for own, stmt in getattr(self, name).items()})
 
     def _lease_until(self) -> Any:
         """The lease a claim or heartbeat sets: the caller's, else the job's type's, else
@@ -186,24 +206,24 @@ class Queue(Enqueue):
                                       "lease_us": _us_or_none(lease_seconds)}
             if types is not None:
                 params["types"] = list(types)
-            allow, limits = claim_policy.allowance(conn, self.dialect, self.configured_limits,
+            allow, limits = claim_policy.allowance(conn, self.limiter, self.configured_limits,
                                                    types, now)
             # Remembered for the answers: a complete or fail of these types frees a slot.
             self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
             if allow is None:
-                rows = conn.execute(self._claim_any if types is None else self._claim_typed,
-                                    params).all()
+                rows = (self._claim_any if types is None else self._claim_typed).rows(conn,
+                                                                                      params)
             else:
                 rows = claim_policy.take(
                     lambda blocked, k: self._claim_round(conn, params, blocked, k),
-                    max_jobs, allow, now, conn)
+                    max_jobs, allow, now, conn, self.limiter)
                 if not rows and allow.next_due_us is not None:
                     out.next_due_in = (allow.next_due_us - now) / 1e6
             if not rows:
                 return out
             if len(rows) > 1:  # RETURNING has no order of its own
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
-            conn.execute(self._attempt_start, [{"jid": r.id, "att": r.attempt, "wkr": worker,
+            self._attempt_start.many(conn, [{"jid": r.id, "att": r.attempt, "wkr": worker,
                                                 "now": now} for r in rows])
             out.extend(Job.from_row(r._mapping) for r in rows)
             return out
@@ -213,19 +233,19 @@ class Queue(Enqueue):
         """One claim statement for up to ``n`` jobs, skipping the ``blocked`` types."""
         typed = "types" in params
         if not blocked:
-            return conn.execute(self._claim_typed if typed else self._claim_any,
-                                {**params, "n": n}).all()
-        return conn.execute(self._claim_typed_b if typed else self._claim_any_b,
-                            {**params, "n": n, "blocked": blocked}).all()
+            return (self._claim_typed if typed else self._claim_any).rows(
+                conn, {**params, "n": n})
+        return (self._claim_typed_b if typed else self._claim_any_b).rows(
+            conn, {**params, "n": n, "blocked": blocked})
 
     def heartbeat(self, job_id: int, worker: str, attempt: int, *,
                   lease_seconds: float | None = None) -> Job:
         """Extend the lease of a job the worker holds at this attempt (from now)."""
         with self._write.begin() as conn:
             now = self.clock()
-            row = conn.execute(self._heartbeat, {
+            row = self._heartbeat.first(conn, {
                 "jid": job_id, "att": attempt, "wkr": worker, "now": now,
-                "lease_us": _us_or_none(lease_seconds)}).first()
+                "lease_us": _us_or_none(lease_seconds)})
             if row is None:
                 self._refuse(conn, job_id, worker, attempt)
             return Job.from_row(row._mapping)
@@ -252,11 +272,11 @@ class Queue(Enqueue):
             return []
         with self._write.begin() as conn:
             now = self.clock()
-            conn.execute(self._complete_each, [
+            self._complete_each.many(conn, [
                 {"jid": job_id, "att": attempt, "wkr": worker, "now": now, "res": result}
                 for job_id, attempt, result in items])
-            rows = {r.id: r for r in conn.execute(
-                self._by_ids, {"ids": [job_id for job_id, _, _ in items]})}
+            rows = {r.id: r for r in self._by_ids.rows(
+                conn, {"ids": [job_id for job_id, _, _ in items]})}
             out: list[Job | QueuelogError] = []
             ended = []
             for job_id, attempt, _ in items:
@@ -270,19 +290,19 @@ class Queue(Enqueue):
                 else:
                     out.append(_refusal(row, job_id, worker, attempt))
             if ended:
-                conn.execute(self._attempt_end, ended)
+                self._attempt_end.many(conn, ended)
                 self.on_jobs_written()
                 self._freed(conn, out)
             return out
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
                       attempt: int, result_json: str | None) -> Job | QueuelogError:
-        row = conn.execute(self._complete, {"jid": job_id, "att": attempt, "wkr": worker,
-                                            "now": now, "res": result_json}).first()
+        row = self._complete.first(conn, {"jid": job_id, "att": attempt, "wkr": worker,
+                                          "now": now, "res": result_json})
         if row is None:
             return self._refusal(conn, job_id, worker, attempt)
-        conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
-                                         "outcome": Outcome.COMPLETED.value, "error": None})
+        self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
+                                     "outcome": Outcome.COMPLETED.value, "error": None})
         self.on_jobs_written()
         job = Job.from_row(row._mapping)
         self._freed(conn, [job])
@@ -393,12 +413,12 @@ class Queue(Enqueue):
     def _refusal(self, conn: Connection, job_id: int, worker: str,
                  attempt: int) -> QueuelogError:
         """Why a worker call matched no row, as the right domain error (not raised)."""
-        return _refusal(conn.execute(self._by_id, {"jid": job_id}).first(), job_id, worker,
+        return _refusal(self._by_id.first(conn, {"jid": job_id}), job_id, worker,
                         attempt)
 
     def _expire_leases(self, conn: Connection, now: int) -> None:
         """Take back expired leases (each ended attempt notifies as ``_end_attempt`` does)."""
-        for job_id, attempt in conn.execute(self._expired, {"now": now}).all():
+        for job_id, attempt in self._expired.rows(conn, {"now": now}):
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
                                     LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
             if job is not None:
@@ -411,7 +431,7 @@ class Queue(Enqueue):
         """End a running attempt with a failure: retry after backoff, or fail for good."""
         own = worker is not None
         params: dict[str, Any] = {"jid": job_id, "att": attempt, "wkr": worker, "now": now}
-        row = conn.execute(self._budget[own], params).first()
+        row = self._budget[own].first(conn, params)
         if row is None:
             return None
         # Fenced: only now is the error text worth its sanitizing (a stale item costs none).
@@ -420,18 +440,18 @@ class Queue(Enqueue):
             n = row.retry_count + 1
             delay = retry_in if retry_in is not None else backoff_seconds(
                 n, self.backoff_base, self.backoff_cap, self.rng)
-            updated = conn.execute(self._retry_later[own],
-                                   {**params, "n": n, "run_at": now + to_us(delay)}).first()
+            updated = self._retry_later[own].first(
+                conn, {**params, "n": n, "run_at": now + to_us(delay)})
             if updated is not None:
                 self.dialect.notify(conn)  # due at its run_at: waiting polls time their look
         else:
-            updated = conn.execute(self._fail_now[own], params).first()
+            updated = self._fail_now[own].first(conn, params)
         if updated is None:
             # PostgreSQL: a concurrent take-back or answer changed the row after the
             # SELECT above; the UPDATE re-checked and matched nothing. Refuse, not 500.
             return None
-        conn.execute(self._attempt_end, {"jid": job_id, "att": attempt, "now": now,
-                                         "outcome": outcome.value, "error": error})
+        self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
+                                     "outcome": outcome.value, "error": error})
         job = Job.from_row(updated._mapping)
         self._freed(conn, [job])
         return job

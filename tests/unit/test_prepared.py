@@ -1,0 +1,57 @@
+"""The hot statements' executor (store/prepared.py), on both backends."""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import bindparam, event, select
+from sqlalchemy.exc import IntegrityError
+
+from queuelog.server.store import NewJob
+from queuelog.server.store.prepared import Prepared
+from queuelog.server.store.tables import jobs
+
+
+def _types(store: Any, not_in: list[str]) -> list[str]:
+    stmt = Prepared(select(jobs.c.type).where(
+        jobs.c.type.not_in(bindparam("skip", expanding=True))).order_by(jobs.c.id),
+        store.engine.dialect)
+    with store.engine.begin() as conn:
+        return [r.type for r in stmt.rows(conn, {"skip": not_in})]
+
+
+def test_a_list_parameter_expands_and_an_empty_one_excludes_nothing(store):
+    store.enqueue_many([NewJob("p", t, "{}", 0, 3) for t in ("a", "b", "c")])
+    assert _types(store, []) == ["a", "b", "c"]
+    assert _types(store, ["b"]) == ["a", "c"]
+    assert _types(store, ["a", "b", "c"]) == []
+
+
+def test_a_batch_is_one_insert_answered_in_request_order(store):
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    news = [NewJob("p", "email", f'{{"i": {i}}}', i % 7, 3, idempotency_key=f"k{i}")
+            for i in range(250)]
+    event.listen(store.engine, "before_cursor_execute", record)  # listeners still hear it
+    try:
+        got, replayed = store.enqueue_many(news)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    assert [j.payload["i"] for j in got] == list(range(250)) and replayed == []
+    assert [j.priority for j in got] == [i % 7 for i in range(250)]
+    assert [j.id for j in got] == sorted(j.id for j in got)
+    assert sum(s.lstrip().upper().startswith("INSERT INTO JOBS") for s in sent) == 1
+
+
+def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
+    store.enqueue(NewJob("p", "email", "{}", 0, 3, idempotency_key="k", request_hash="h"))
+    with pytest.raises(IntegrityError):  # what enqueue's race handling catches
+        with store._write.begin() as conn:
+            store._insert_many(conn, [store._values(NewJob("p", "email", "{}", 0, 3), 0),
+                                      store._values(NewJob("p", "email", "{}", 0, 3,
+                                                           idempotency_key="k"), 0)])
+    with store.engine.connect() as conn:
+        assert conn.execute(select(jobs.c.id)).all() == [(1,)]
