@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from queuelog.model.problems import ConfigError
 from queuelog.server.store import listen
+from queuelog.server.store.turns import WriteTurns
 
 POOL = {"pool_size": 10, "max_overflow": 20}
 MIN_PAUSE = 0.002  # seconds; see SQLiteDialect.yield_lock
@@ -177,9 +178,10 @@ class SQLiteDialect(Dialect):
         event.listen(engine, "begin", _on_begin)
         return engine
 
-    def writer(self, engine: Engine) -> Engine:
-        """The same engine (and pool), beginning its transactions IMMEDIATE."""
-        return engine.execution_options(sqlite_immediate=True)
+    def writer(self, engine: Engine) -> Any:
+        """The same engine (and pool), beginning its transactions IMMEDIATE, each in its
+        writer's turn (turns.py): one per process, then one process at a time."""
+        return _turns(engine)
 
     def yield_lock(self, started: float) -> None:
         """Leave the write lock free as long as the batch held it.
@@ -239,6 +241,15 @@ class SQLiteDialect(Dialect):
         """A datagram socket of this process in the database's wake folder."""
         folder = _wake_folder(engine)
         return None if folder is None else listen.SocketListener(folder, ring)
+
+
+def _turns(engine: Engine) -> WriteTurns:
+    """One ``WriteTurns`` per engine (every store verb's writer shares its mutex)."""
+    turns = engine.__dict__.get("_queuelog_turns")
+    if turns is None:
+        turns = engine.__dict__["_queuelog_turns"] = WriteTurns(
+            engine.execution_options(sqlite_immediate=True), _wake_folder(engine))
+    return turns
 
 
 def _wake_folder(engine: Engine) -> str | None:

@@ -1,0 +1,63 @@
+"""SQLite's writers take turns (store/turns.py): none ever waits in SQLite's busy handler."""
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, func, select
+
+from queuelog.server.store import NewJob, Store
+from queuelog.server.store.tables import jobs
+
+THREADS, WRITES = 4, 25
+
+
+def _no_busy_wait(store: Store) -> None:
+    """Every new connection fails at once where it would have waited for the lock."""
+    event.listen(store.engine, "connect",
+                 lambda dbapi_conn, _: dbapi_conn.execute("PRAGMA busy_timeout=0"))
+    store.engine.dispose()
+
+
+def _hammer(url: str, errors: Any) -> None:
+    store = Store(url)
+    _no_busy_wait(store)
+
+    def write(n: int) -> None:
+        try:
+            for i in range(WRITES):
+                job = store.claim("w") if i % 2 else None
+                if job is not None:
+                    store.complete(job.id, "w", job.attempt)
+                store.enqueue(NewJob("p", "email", "{}", 0, 3))
+        except Exception as e:  # noqa: BLE001 - "database is locked" is what we count
+            errors.put(repr(e))
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store.close()
+
+
+def test_writers_in_two_processes_never_find_the_database_locked(tmp_path: Path):
+    url = f"sqlite:///{tmp_path}/turns.db"
+    Store(url).create_schema()
+    ctx = multiprocessing.get_context("fork")
+    errors = ctx.Queue()
+    procs = [ctx.Process(target=_hammer, args=(url, errors)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    seen = []
+    while not errors.empty():
+        seen.append(errors.get())
+    assert seen == []
+    assert all(p.exitcode == 0 for p in procs)
+    store = Store(url)
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 2 * THREADS * WRITES
