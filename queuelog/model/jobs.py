@@ -94,11 +94,13 @@ def _label(value: int) -> str:
     return Priority.from_value(value).label
 
 
+@functools.lru_cache(maxsize=4096)
 def isoformat(us: int | None) -> str | None:
     """Format epoch microseconds as fixed-width ISO 8601 UTC ending in ``Z``."""
     if us is None:
         return None
-    # Naive datetime.isoformat: a quarter cheaper than strftime, five times per job.
+    # Naive datetime.isoformat: a quarter cheaper than strftime, seven times per job; and
+    # cached, as a batch's jobs share most of theirs (claimed, updated, lease end, created).
     return (_NAIVE_EPOCH + dt.timedelta(microseconds=us)).isoformat(timespec="microseconds") + "Z"
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import threading
 from pathlib import Path
 from typing import Any
@@ -45,19 +46,39 @@ def _hammer(url: str, errors: Any) -> None:
 
 def test_writers_in_two_processes_never_find_the_database_locked(tmp_path: Path):
     url = f"sqlite:///{tmp_path}/turns.db"
-    Store(url).create_schema()
+    first = Store(url)
+    first.create_schema()
+    first.close()  # no connection of the parent's is inherited by the children
     ctx = multiprocessing.get_context("fork")
     errors = ctx.Queue()
     procs = [ctx.Process(target=_hammer, args=(url, errors)) for _ in range(2)]
     for p in procs:
         p.start()
-    for p in procs:
-        p.join(60)
     seen = []
-    while not errors.empty():
-        seen.append(errors.get())
+    for p in procs:  # drained while they run: a full pipe would block their exit
+        while p.is_alive() or not errors.empty():
+            try:
+                seen.append(errors.get(timeout=0.05))
+            except queue.Empty:
+                pass
+        p.join(60)
     assert seen == []
     assert all(p.exitcode == 0 for p in procs)
     store = Store(url)
     with store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(jobs)).scalar() == 2 * THREADS * WRITES
+
+
+def test_a_wake_up_never_removes_the_writers_lock_file(tmp_path: Path):
+    """send_all removes a dead process's socket, never the lock file beside them: the
+    writers would then lock two different files, each alone."""
+    from queuelog.server.store import listen
+    from queuelog.server.store.turns import LOCK_FILE
+    (tmp_path / LOCK_FILE).write_bytes(b"")
+    dead = tmp_path / "999999-abcd"  # a dead process's socket: nobody reads it
+    import socket as _socket
+    with _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM) as s:
+        s.bind(str(dead))
+    listen.send_all(str(tmp_path))
+    assert (tmp_path / LOCK_FILE).exists()
+    assert not dead.exists()

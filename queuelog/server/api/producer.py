@@ -66,7 +66,7 @@ def enqueue_batch() -> Any:
     field_errors(errors)  # 422 over 403: any invalid item fails the batch as a 422
     jobs, replayed = actions.enqueue_many(who, [n for n in news if n is not None])
     created = len(replayed) < len(jobs)
-    return {"jobs": [job_json(j) for j in jobs], "replayed": replayed}, 201 if created else 200
+    return {"jobs": [job_json(j, who) for j in jobs], "replayed": replayed}, 201 if created else 200
 
 
 @bp.post("/jobs/<job_id:job_id>/cancel")

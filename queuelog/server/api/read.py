@@ -26,9 +26,10 @@ def list_jobs() -> Any:
     priority = int(Priority.from_label(q["priority"])) if "priority" in q else None
     job_type, limit = q.get("type"), q.get("limit", 50)
     before = decode_cursor(q["cursor"]) if "cursor" in q else None
-    page = actions.list_jobs(current_user(), status=status, type=job_type, priority=priority,
+    who = current_user()
+    page = actions.list_jobs(who, status=status, type=job_type, priority=priority,
                              limit=limit, before=before, schedule=q.get("schedule"))
-    return {"jobs": [job_json(j) for j in page.jobs],
+    return {"jobs": [job_json(j, who) for j in page.jobs],
             "next_cursor": None if page.older is None else encode_cursor(page.older)}
 
 

@@ -31,13 +31,14 @@ def claim() -> Any:
     data = body("ClaimRequest")
     max_jobs = given(data, "max_jobs")
     # The key's types and the revoked-key re-check of a waiting claim are actions.claim's.
-    outcome = actions.claim(current_user(), max_jobs or 1,
+    who = current_user()
+    outcome = actions.claim(who, max_jobs or 1,
                             lease_seconds=given(data, "lease_seconds"),
                             types=given(data, "types"), wait=given(data, "wait", 0),
                             connected=lambda: not client_gone())
     headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
     if max_jobs is not None:
-        return {"jobs": [job_json(j) for j in outcome.jobs]}, 200, headers
+        return {"jobs": [job_json(j, who) for j in outcome.jobs]}, 200, headers
     if not outcome.jobs:
         return "", 204, headers
     return job_json(outcome.jobs[0])

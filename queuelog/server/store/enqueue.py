@@ -105,7 +105,9 @@ class Enqueue:
         for _ in range(5):
             try:
                 with self._write.begin() as conn:
-                    return self._enqueue_many(conn, news, keys)
+                    rows, replayed = self._enqueue_many(conn, news, keys)
+                # Built after the commit: the write lock is held for the SQL alone.
+                return [Job.from_row(r._mapping) for r in rows if r is not None], replayed
             except IntegrityError:
                 if not keys:
                     raise
@@ -114,13 +116,13 @@ class Enqueue:
         raise Conflict("Could not settle the idempotency keys; try again.")
 
     def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
-                      keys: list[str]) -> tuple[list[Job], list[int]]:
+                      keys: list[str]) -> tuple[list[Any], list[int]]:
         found: dict[str, Any] = {}
         if keys:
             found = {r.idempotency_key: r for r in self._by_keys.rows(
                 conn, {"producer": news[0].producer, "keys": keys})}
         now = self.clock()
-        out: list[Job | None] = [None] * len(news)
+        out: list[Any] = [None] * len(news)  # each item's row, new or replayed
         replayed: list[int] = []
         mismatched: list[dict[str, str]] = []
         fresh: list[int] = []
@@ -132,7 +134,7 @@ class Enqueue:
                 mismatched.append({"field": f"jobs[{i}].idempotency_key", "detail":
                                    "This idempotency key was used for a different request."})
             else:
-                out[i] = Job.from_row(row._mapping)
+                out[i] = row
                 replayed.append(i)
         if mismatched:
             raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
@@ -140,10 +142,10 @@ class Enqueue:
         if fresh:
             rows = self._insert_many(conn, [self._values(news[i], now) for i in fresh])
             for i, row in zip(fresh, rows):
-                out[i] = Job.from_row(row._mapping)
+                out[i] = row
             self.dialect.notify(conn)  # one wake-up for the whole batch
             self.on_jobs_written()
-        return [job for job in out if job is not None], replayed
+        return out, replayed
 
     def _values(self, new: NewJob, now: int) -> dict[str, Any]:
         """The row of a new job. A run_at in the past is now: no jumping the queue by

@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import re
 import secrets
 import socket
 import threading
@@ -106,6 +107,7 @@ class SocketListener:
             self.ring()
 
 
+_SOCKET_NAME = re.compile(r"^\d+-[0-9a-f]+$")  # "<pid>-<hex>", as SocketListener binds
 _sender: tuple[int, socket.socket] | None = None
 _dir_fds: dict[str, int] = {}
 
@@ -119,8 +121,8 @@ def send_all(folder: str) -> None:
     own = f"{os.getpid()}-"  # this process rang its own bell already
     sock = _sending_socket()
     for name in names:
-        if name.startswith(own):
-            continue
+        if name.startswith(own) or not _SOCKET_NAME.match(name):
+            continue  # ours, or not a listener's socket (the writers' lock file: turns.py)
         path = os.path.join(folder, name)
         try:
             sock.sendto(b"w", _address(path))

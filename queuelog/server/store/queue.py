@@ -225,8 +225,10 @@ class Queue(Enqueue):
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
             self._attempt_start.many(conn, [{"jid": r.id, "att": r.attempt, "wkr": worker,
                                                 "now": now} for r in rows])
-            out.extend(Job.from_row(r._mapping) for r in rows)
-            return out
+        # Built after the commit: the write lock (SQLite's, one writer at a time) is held
+        # for the SQL alone, not for a hundred jobs' Python.
+        out.extend(Job.from_row(r._mapping) for r in rows)
+        return out
 
     def _claim_round(self, conn: Connection, params: dict[str, Any], blocked: list[str],
                      n: int) -> list[Any]:
@@ -277,23 +279,24 @@ class Queue(Enqueue):
                 for job_id, attempt, result in items])
             rows = {r.id: r for r in self._by_ids.rows(
                 conn, {"ids": [job_id for job_id, _, _ in items]})}
-            out: list[Job | QueuelogError] = []
+            done: list[Any] = []  # per item: its completed row, or why it was refused
             ended = []
             for job_id, attempt, _ in items:
                 row = rows.get(job_id)
                 if (row is not None and row.status == Status.COMPLETED.value
                         and row.attempt == attempt and row.worker_id == worker
                         and row.finished_at == now):
-                    out.append(Job.from_row(row._mapping))
+                    done.append(row)
                     ended.append({"jid": job_id, "att": attempt, "now": now,
                                   "outcome": Outcome.COMPLETED.value, "error": None})
                 else:
-                    out.append(_refusal(row, job_id, worker, attempt))
+                    done.append(_refusal(row, job_id, worker, attempt))
             if ended:
                 self._attempt_end.many(conn, ended)
                 self.on_jobs_written()
-                self._freed(conn, out)
-            return out
+                self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)])
+        # The jobs are built after the commit, as claim_many's.
+        return [r if isinstance(r, QueuelogError) else Job.from_row(r._mapping) for r in done]
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
                       attempt: int, result_json: str | None) -> Job | QueuelogError:
@@ -305,7 +308,7 @@ class Queue(Enqueue):
                                      "outcome": Outcome.COMPLETED.value, "error": None})
         self.on_jobs_written()
         job = Job.from_row(row._mapping)
-        self._freed(conn, [job])
+        self._freed(conn, [job.type])
         return job
 
     def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
@@ -453,14 +456,13 @@ class Queue(Enqueue):
         self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
                                      "outcome": outcome.value, "error": error})
         job = Job.from_row(updated._mapping)
-        self._freed(conn, [job])
+        self._freed(conn, [job.type])
         return job
 
-    def _freed(self, conn: Connection, ended: Sequence[Job | QueuelogError]) -> None:
+    def _freed(self, conn: Connection, ended_types: Sequence[str]) -> None:
         """An ended attempt of a concurrency-limited type frees a slot: in this transaction,
         tell every waiting claim (the one wake-up mechanism, as for a new job)."""
-        if self.slot_types and any(isinstance(job, Job) and job.type in self.slot_types
-                                   for job in ended):
+        if self.slot_types and any(t in self.slot_types for t in ended_types):
             self.dialect.notify(conn)
 
 
