@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import event, inspect
 
 from queuelog.model.jobs import Status
-from queuelog.server.store.tables import jobs
+from queuelog.server.store.tables import job_attempts, jobs
 from queuelog.server.store import Scope, Store
 
 ROWS = 2000
@@ -220,3 +220,57 @@ def test_the_sign_in_throttle_walks_its_indexes(store, clock):
     assert_indexed(store, plan(store, statement, params), "ix_signin_failures_pair_at")
     statement, params = _one(sent, "DELETE")
     assert "ix_signin_failures_at" in plan(store, statement, params)
+
+
+def _analyzed(store: Store) -> None:
+    """Gather statistics, as ANALYZE (SQLite: the bench; PostgreSQL: autovacuum) would."""
+    with store.engine.begin() as conn:  # both run ANALYZE inside a transaction
+        conn.exec_driver_sql("ANALYZE")
+
+
+def test_the_workers_last_claims_seek_each_worker_name(filled):
+    """GET /workers finds each name's newest claim by seeks in (worker_id, started_at),
+    never a range of attempts: a day of attempts grows with the throughput."""
+    with filled.engine.begin() as conn:
+        conn.execute(job_attempts.insert(), [
+            {"job_id": i + 1, "attempt": 1, "worker_id": f"w{i % 4}",
+             "started_at": filled.clock() - i * 1000, "outcome": "running"} for i in range(ROWS)])
+    _analyzed(filled)
+    with recorded(filled) as sent:
+        names = [w.name for w in filled.workers()]
+    assert names == ["w0", "w1", "w2", "w3"]
+    statement, params = _one(sent, "WITH RECURSIVE")
+    text = plan(filled, statement, params)
+    assert "ix_attempts_worker_started" in text, text
+    if filled.engine.dialect.name == "sqlite":
+        reads = [line for line in text.splitlines() if "job_attempts" in line]
+        # The first name (MIN), the next name, the newest start: the last two keyed on the
+        # name alone (no range of attempts, no skip-scan of a time range).
+        assert len(reads) == 3 and all(re.search(r"^SEARCH .*\(worker_id[=>]\?\)$", line)
+                             for line in reads[1:]), text
+    else:  # each read of the attempts is keyed on the worker name, none filters a range
+        lines = text.splitlines()
+        reads = [i for i, line in enumerate(lines) if " on job_attempts" in line]
+        assert reads and all("Index Cond" in lines[i + 1] and "worker_id" in lines[i + 1]
+                             for i in reads), text
+
+
+def test_a_search_by_key_seeks_the_unique_index_under_each_producer(store):
+    """One producer, no keys (the benchmark's jobs): statistics that count every keyless job
+    as one (producer, key) value made SQLite build a temporary index of all jobs rather
+    than seek the unique index; the join order is pinned."""
+    now = store.clock()
+    with store.engine.begin() as conn:
+        conn.execute(jobs.insert(), [
+            {"type": "email", "payload": "{}", "priority": 0, "status": "completed",
+             "attempt": 1, "retry_count": 0, "max_retries": 3, "producer": "billing",
+             "run_at": now, "created_at": now, "updated_at": now} for _ in range(200)])
+    _analyzed(store)
+    with recorded(store) as sent:
+        assert store._holding_key("no-such-key") == []
+    statement, params = _one(sent, "WITH RECURSIVE")
+    text = plan(store, statement, params)
+    if store.engine.dialect.name == "sqlite":
+        assert "AUTOMATIC" not in text and "sqlite_autoindex_jobs" in text, text
+    else:
+        assert "uq_jobs_producer_idempotency" in text, text

@@ -28,13 +28,16 @@ def status_is(status: Status, table: Any = jobs) -> Any:
 # "WHERE idempotency_key = ?" reads every job. This walks the distinct producers instead,
 # one seek each on (producer, id) (a loose index scan, portable SQL), and finds the key
 # under each producer with the unique index: the cost grows with producers, not jobs.
+# CROSS JOIN: SQLite keeps that join order (PostgreSQL reads it as a plain join). With a
+# free order SQLite built a temporary index of every job instead (its statistics count
+# the jobs without a key as one value): 1.3 s at 10M jobs, not 0.1 ms.
 HOLDING_KEY = text("""
 WITH RECURSIVE p(name) AS (
     SELECT MIN(producer) FROM jobs
     UNION ALL
     SELECT (SELECT MIN(producer) FROM jobs WHERE producer > p.name) FROM p
     WHERE p.name IS NOT NULL)
-SELECT j.id FROM p JOIN jobs j ON j.producer = p.name AND j.idempotency_key = :key
+SELECT j.id FROM p CROSS JOIN jobs j WHERE j.producer = p.name AND j.idempotency_key = :key
 """)
 
 

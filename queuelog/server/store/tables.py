@@ -181,8 +181,9 @@ job_count_deltas = Table(
     Column("type", String(100), nullable=False),
     Column("n", BigInteger, nullable=False),
 )
-# GET /workers: who claimed in the last 24 hours (migration 0008).
-Index("ix_attempts_started_worker", job_attempts.c.started_at, job_attempts.c.worker_id)
+# GET /workers: each worker name's newest claim, one seek per name (migration 0009; it
+# replaces 0008's (started_at, worker_id), whose day of attempts grew with the throughput).
+Index("ix_attempts_worker_started", job_attempts.c.worker_id, job_attempts.c.started_at)
 
 # One row per (schedule, tick) that made a job: the primary key is what makes a tick one job
 # however many servers race for it (the loser's transaction rolls back, job and all). Rows
