@@ -240,7 +240,8 @@ def pending(url: str) -> int:
 class Queuelog:
     """A database with its schema and keys, and gunicorn serving queuelog on it."""
 
-    def __init__(self, url: str, workdir: str, name: str) -> None:
+    def __init__(self, url: str, workdir: str, name: str,
+                 env: dict[str, str] | None = None) -> None:
         from queuelog.server.store import Store
         self.url = url
         store = Store(url)
@@ -256,7 +257,8 @@ class Queuelog:
         store.close()
         self.server = Gunicorn("app:app", {
             "QUEUELOG_DATABASE_URL": url, "QUEUELOG_SECRET_KEY": "bench",
-            "QUEUELOG_BOOTSTRAP_ADMIN": "false"}, os.path.join(workdir, f"{name}.log"))
+            "QUEUELOG_BOOTSTRAP_ADMIN": "false", **(env or {})},
+            os.path.join(workdir, f"{name}.log"))
 
     def auth(self, role: str) -> dict[str, str]:
         """The Authorization header of a role's key."""
@@ -333,6 +335,68 @@ def batch_lifecycle(q: Queuelog, seconds: float, threads: int = 4, size: int = 1
     return sum(done) / (time.monotonic() - began)
 
 
+# Limits that never bind (so both servers claim the same jobs), but that every claim pays
+# for: its type's limiter row read, locked and written back (issue 16's cost bound: 1.2x).
+LIMITS = {"QUEUELOG_JOB_TYPES": json.dumps({t: {"concurrency": 100_000, "rate": "1000000/s",
+                                                "burst": 1_000_000}
+                                            for t in ("email", "pdf", "sync")})}
+
+
+def batch_claims(q: Queuelog, seconds: float, threads: int = 4, size: int = 100) -> float:
+    """Jobs per second through claim 100 / complete 100 from ``threads``, on a full queue."""
+    fill(q.url, int(seconds * 8000))
+    done = [0] * threads
+    stop = time.monotonic() + seconds
+
+    def run(slot: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", q.server.port, timeout=60)
+        while time.monotonic() < stop:
+            status, got = request(q.server.port, "POST", "/jobs/claim", {"max_jobs": size},
+                                  q.auth("worker"), conn)
+            jobs = [{"id": j["id"], "attempt": j["attempt"]} for j in got["jobs"]]
+            if not jobs:
+                break
+            request(q.server.port, "POST", "/jobs/complete", {"jobs": jobs}, q.auth("worker"),
+                    conn)
+            done[slot] += len(jobs)
+        conn.close()
+
+    began = time.monotonic()
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=seconds + 120)
+    return sum(done) / (time.monotonic() - began)
+
+
+def limits_cost(workdir: str, pg: str | None, seconds: float, rounds: int
+                ) -> list[tuple[str, str, str]]:
+    """Single claims (wrk) and batch claims with limits in force beside none, interleaved
+    (SQLite: two servers; PostgreSQL: one database, so one server at a time)."""
+    rates: dict[str, list[float]] = {}
+    for n in range(rounds):
+        for name, env in (("none", None), ("limits", LIMITS)):
+            if pg:
+                reset(pg)
+            q = Queuelog(pg or f"sqlite:///{workdir}/limits-{name}-{n}.sqlite3", workdir,
+                         f"limits-{name}", env)
+            try:
+                fill(q.url, int(seconds * 4000))
+                rates.setdefault(f"{name} single", []).append(wrk(
+                    q.server.port, seconds, path="/jobs/claim", body="{}",
+                    token=q.tokens["worker"]))
+                rates.setdefault(f"{name} batch", []).append(batch_claims(q, seconds))
+            finally:
+                q.server.stop()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return [(f"claim with limits in force, {kind}",
+             f"{med['limits ' + kind]:,.0f} vs {med['none ' + kind]:,.0f} "
+             f"{'req' if kind == 'single' else 'jobs'}/s",
+             f"{med['none ' + kind] / med['limits ' + kind]:.2f}x the cost")
+            for kind in ("single", "batch")]
+
+
 def drain(q: Queuelog, seconds: float, threads: int = 4) -> tuple[float, float, int]:
     """4 workers claim+complete single jobs for ``seconds``: (first 10 s, last 10 s) rates."""
     stamps: list[float] = []
@@ -374,6 +438,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, help="per wrk round")
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--large", type=int, help="the big backlog (default 1M; 100k quick)")
+    parser.add_argument("--limits-only", action="store_true",
+                        help="only the cost of flow control on claims (issue 16)")
     args = parser.parse_args()
     seconds = args.seconds or (2 if args.quick else 5)
     rounds = args.rounds or (2 if args.quick else 3)
@@ -387,6 +453,9 @@ def main() -> None:
         servers.append(noop)
         if pg:
             reset(pg)
+        if args.limits_only:
+            results += limits_cost(workdir, pg, seconds, rounds)
+            return _print(results, rounds, seconds, pg)
         url = pg or f"sqlite:///{workdir}/small.sqlite3"
         q = Queuelog(url, workdir, "queuelog")
         servers.append(q.server)
@@ -445,9 +514,16 @@ def main() -> None:
                             f"{last / first:.2f}"))
             peak = max(peak, dq.server.peak_rss_mb())
         results.append(("peak RSS of a gunicorn worker", f"{peak:.0f} MiB", ""))
+        results += limits_cost(workdir, pg, seconds, rounds)
     finally:
         for s in servers:
             s.stop()
+    _print(results, rounds, seconds, pg)
+
+
+def _print(results: list[tuple[str, str, str]], rounds: int, seconds: float,
+           pg: str | None) -> None:
+    """The table, and the per-call latencies of the Python clients."""
     backend = "PostgreSQL" if pg else "SQLite (SYNCHRONOUS=FULL)"
     print(f"\nqueuelog over HTTP, {backend}; gunicorn {' '.join(GUNICORN)}; "
           f"wrk {CONNECTIONS} connections; {rounds} round(s) of {seconds:g} s, medians")

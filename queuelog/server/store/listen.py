@@ -107,7 +107,7 @@ class SocketListener:
             self.ring()
 
 
-_SOCKET_NAME = re.compile(r"^\d+-[0-9a-f]+$")  # "<pid>-<hex>", as SocketListener binds
+_SOCKET_NAME = re.compile(r"^\d+-")  # "<pid>-...", as SocketListener binds
 _sender: tuple[int, socket.socket] | None = None
 _dir_fds: dict[str, int] = {}
 
