@@ -50,6 +50,9 @@ class Dialect:
     # A write transaction holds the database's one write lock from BEGIN, so whatever
     # it reads no other writer changes before its commit (SQLite); else rows are locked.
     writes_lock_reads: bool = False
+    # The count triggers (migration 0008) update ``job_counts`` itself, in the writing
+    # transaction (SQLite); else they append deltas that a read must add up (PostgreSQL).
+    counts_in_place: bool = False
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """A pooled engine for ``url``, set up for this database."""
@@ -165,6 +168,7 @@ class SQLiteDialect(Dialect):
     companions = ("-wal", "-shm", "-journal")
     synchronous_modes = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
     writes_lock_reads = True
+    counts_in_place = True
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """WAL, a busy timeout, foreign keys and real transactions on every connection."""

@@ -20,7 +20,7 @@ from queuelog.server.store.audit import record
 from queuelog.server.store.engine import Clock
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.reads import status_is
-from queuelog.server.store.tables import jobs, paused_types, type_limits
+from queuelog.server.store.tables import job_counts, jobs, paused_types, type_limits
 
 ROWS = select(type_limits)
 _LOCK = (select(type_limits).where(type_limits.c.type.in_(bindparam("types", expanding=True)))
@@ -28,6 +28,11 @@ _LOCK = (select(type_limits).where(type_limits.c.type.in_(bindparam("types", exp
 _RUNNING = (select(jobs.c.type, func.count()).where(
     status_is(Status.RUNNING), jobs.c.type.in_(bindparam("types", expanding=True)))
     .group_by(jobs.c.type))  # the (status, type, id) index; expired leases still count
+# Where the triggers keep the counts in the writing transaction itself (SQLite: no deltas),
+# the running count is one row per type, not a walk of every running job of the type.
+_RUNNING_KEPT = (select(job_counts.c.type, job_counts.c.n).where(
+    job_counts.c.status == Status.RUNNING.value,
+    job_counts.c.type.in_(bindparam("types", expanding=True))))
 _SPEND = (update(type_limits).where(type_limits.c.type == bindparam("t"))
           .values(tokens=bindparam("tokens"), refilled_at=bindparam("now")))
 
@@ -77,7 +82,8 @@ class Limiter:
         self.dialect = dialect
         self._rows = Prepared(ROWS, sa_dialect)
         self._lock = Prepared(dialect.for_update(_LOCK), sa_dialect)
-        self._running = Prepared(_RUNNING, sa_dialect)
+        self._running = Prepared(_RUNNING_KEPT if dialect.counts_in_place else _RUNNING,
+                                 sa_dialect)
         self._spend = Prepared(_SPEND, sa_dialect)
 
     def rows(self, conn: Connection) -> list[Any]:
