@@ -42,6 +42,7 @@ class Prepared:
         self.defaults: dict[str, Any] = {name: bind.effective_value for name, bind
                                          in compiled.binds.items() if not bind.required}
         self.expanding: frozenset[str] = frozenset(_EXPANDING.findall(self.sql))
+        self._lists: tuple[str, ...] = tuple(sorted(self.expanding))
         self.mark: str = {"qmark": "?", "format": "%s"}.get(dialect.paramstyle, "")
         self._texts: dict[tuple[int, ...], str] = {}
 
@@ -101,11 +102,14 @@ class Prepared:
         if self.processors:
             values = {**values, **{k: f(values[k]) for k, f in self.processors.items()
                                    if values.get(k) is not None}}
-        lengths = tuple(len(values[n]) for n in sorted(self.expanding))
+        if not self.expanding:  # the common case: one text, values in order
+            if self.positional:
+                return self.sql, tuple([values[name] for name in self.names])
+            return self.sql, values
+        lengths = tuple(len(values[n]) for n in self._lists)
         sql = self._texts.get(lengths)
         if sql is None:
-            sql = self._texts[lengths] = self._expand(dict(zip(sorted(self.expanding),
-                                                               lengths)))
+            sql = self._texts[lengths] = self._expand(dict(zip(self._lists, lengths)))
         if self.positional:
             args: list[Any] = []
             for name in self.names:
@@ -137,13 +141,14 @@ class Prepared:
 def _before(conn: Connection, cursor: Any, sql: str, args: Any, many: bool) -> None:
     """SQLAlchemy's ``before_cursor_execute`` listeners, if any (echo-style logging and
     tracing see these statements as any other; no execution context is made for them)."""
-    if conn.dispatch.before_cursor_execute:
+    # The check SQLAlchemy's own execute makes before it looks at any listener list.
+    if (conn._has_events or conn.engine._has_events) and conn.dispatch.before_cursor_execute:
         conn.dispatch.before_cursor_execute(conn, cursor, sql, args, None, many)
 
 
 def _after(conn: Connection, cursor: Any, sql: str, args: Any, many: bool) -> None:
     """SQLAlchemy's ``after_cursor_execute`` listeners, if any."""
-    if conn.dispatch.after_cursor_execute:
+    if (conn._has_events or conn.engine._has_events) and conn.dispatch.after_cursor_execute:
         conn.dispatch.after_cursor_execute(conn, cursor, sql, args, None, many)
 
 
