@@ -93,8 +93,10 @@ def with_death_signal(argv: list[str], sig: int = signal.SIGKILL
     if setpriv is None:
         return argv, die_with_parent(sig)
     # No preexec_fn: Popen takes its vfork path. Unlike die_with_parent, setpriv cannot see
-    # a runner that died before its prctl; the reaper, told of the group right after the
-    # exec, covers that (all but the microseconds between the exec and the reaper's line).
+    # a runner that died before its prctl; the reaper, told of the group as soon as Popen
+    # returns, covers that (all but a SIGKILL within the spawn itself, well under 1 ms).
+    # setpriv execs with execvp: a script without a #! line runs under /bin/sh, where
+    # Popen alone would refuse it (ENOEXEC).
     return [setpriv, "--pdeathsig", signal.Signals(sig).name[3:], "--", *argv], None
 
 

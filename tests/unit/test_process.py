@@ -13,6 +13,7 @@ import pytest
 from queuelog.worker import linux
 from queuelog.worker.process import JobProcess
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A stand-in for the runner: starts ``sleep 60`` as a job's command would be started
 # (wrapper or preexec_fn, as with_death_signal says), prints its pid, then waits to be killed.
 STAND_IN = """
@@ -42,7 +43,7 @@ def test_a_command_dies_with_its_sigkilled_runner_without_the_reaper(way: str) -
     if way == "setpriv" and linux._setpriv() is None:
         pytest.skip("no setpriv with --pdeathsig on this host")
     runner = subprocess.Popen([sys.executable, "-c", STAND_IN, way], stdout=subprocess.PIPE,
-                              env={**os.environ, "PYTHONPATH": os.getcwd()})
+                              env={**os.environ, "PYTHONPATH": ROOT})
     assert runner.stdout is not None
     command = int(runner.stdout.readline())
     try:
