@@ -9,6 +9,11 @@ whatever the route) has been sent, one batch of at most ``RETENTION_BATCH`` jobs
 is deleted. The store says when (``Queue.on_jobs_written``), so a new route cannot be missed
 the way a list of endpoint names once missed the batch routes.
 
+The same round folds the job counts' deltas (PostgreSQL's triggers append one row per
+statement to ``job_count_deltas``; reading the counts folds them too, but a database whose
+counts nobody reads, no scraper and no dashboard, would otherwise grow that table for ever).
+So on PostgreSQL the round runs whether or not a retention duration is set.
+
 Why after a response rather than in a daemon thread: gunicorn forks workers (a thread
 started before the fork is gone), an idle process would keep waking to compete for
 SQLite's write lock for nothing, and tests could not drive a thread with the fake clock.
@@ -75,12 +80,18 @@ class Retention:
         self.rules = rules  # status -> keep this many seconds after finishing
         self.interval_us = int(interval * 1_000_000)
         self.batch = batch
+        self.folds = store.keeps_count_deltas  # the round also folds the count deltas
         self._lock = threading.Lock()
         self._last: int | None = None
 
+    @property
+    def active(self) -> bool:
+        """True when a round has anything to do: a duration set, or deltas to fold."""
+        return bool(self.rules) or self.folds
+
     def maybe_run(self) -> int:
-        """Purge one batch per status if the interval has passed; return jobs deleted."""
-        if not self.rules:
+        """Purge one batch per status, fold the count deltas, once per interval; jobs deleted."""
+        if not self.active:
             return 0
         now = self.store.clock()
         # A clock that went backwards (now < last) counts as due, not as "wait an age".
@@ -98,6 +109,8 @@ class Retention:
                                             actor="retention")
             if deleted:
                 log.info("retention: deleted %d finished job(s)", deleted)
+            if self.folds:
+                self.store.fold_counts()
             return deleted
         except Exception as exc:  # retention must never break the request it rides on
             if is_unavailable(exc):  # an outage is logged once by errors.py, not per interval
@@ -140,7 +153,7 @@ def init_app(app: Flask) -> Retention:
     store: Store = app.extensions["queuelog.store"]
     retention = from_config(store, app.config)
     app.extensions["queuelog.retention"] = retention
-    if retention.rules:
+    if retention.active:
         # Never the claim (it does not call the hook), whose latency workers feel.
         store.on_jobs_written = _mark_due
 

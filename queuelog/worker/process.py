@@ -1,15 +1,17 @@
 """One run of the worker's command: its own process group, payload in, bounded output out."""
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
 import time
 from typing import IO, Any, Callable
 
-from queuelog.worker.linux import die_with_parent
+from queuelog.worker import linux
 from queuelog.worker.reaper import Reaper
 
 STDOUT_TAIL = 4096           # kept as {"stdout": ...} when the output is not a JSON object
@@ -20,6 +22,12 @@ TERM_TO_KILL_SECONDS = 5.0   # a stopped command's group: SIGTERM, then SIGKILL 
 
 # One per runner process: kills the jobs' groups if the runner dies (see reaper.py).
 REAPER = Reaper()
+
+
+def prepare() -> None:
+    """Start the reaper and settle the death signal's way now, before the first job waits."""
+    linux.prepare()
+    REAPER.start()
 
 
 class Capture:
@@ -52,9 +60,11 @@ class JobProcess:
     """
 
     def __init__(self, argv: list[str], payload: Any, env: dict[str, str]) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        runnable(argv[0], env)
+        full, preexec = linux.with_death_signal(argv)
+        self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, start_new_session=True,
-                                     preexec_fn=die_with_parent())
+                                     preexec_fn=preexec)
         REAPER.watch(self.proc.pid)
         self.stdout = Capture(STDOUT_WHOLE, STDOUT_TAIL)
         self.stderr = Capture(ERROR_BYTES, ERROR_BYTES)
@@ -128,6 +138,18 @@ class JobProcess:
         for reader in self._readers:
             reader.join(max(0.0, deadline - time.monotonic()))
         return not any(r.is_alive() for r in self._readers)
+
+
+def runnable(name: str, env: dict[str, str]) -> None:
+    """Raise the OSError exec would when ``name`` cannot run (not found, not executable).
+
+    Behind an exec wrapper (setpriv) that error would only be the wrapper's exit status; a
+    job whose command cannot start fails with ``cannot run ...`` either way.
+    """
+    if shutil.which(name, path=env.get("PATH", os.defpath)) is not None:
+        return
+    code = errno.EACCES if os.sep in name and os.path.exists(name) else errno.ENOENT
+    raise OSError(code, os.strerror(code), name)
 
 
 def describe_exit(code: int) -> str:

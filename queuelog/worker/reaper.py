@@ -24,6 +24,11 @@ class Reaper:
         self._lock = threading.Lock()
         self._pipe: IO[bytes] | None = None
 
+    def start(self) -> None:
+        """Start the reaper now (the runner's start), rather than in the first job's."""
+        with self._lock:
+            self._start()
+
     def _start(self) -> IO[bytes] | None:
         if self._pipe is None:
             try:

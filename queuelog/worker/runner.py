@@ -17,6 +17,7 @@ from queuelog.client import Client, ProblemError, Unreachable, backoff
 from queuelog.worker.answers import Answers
 from queuelog.worker.clock import SYSTEM, Clock
 from queuelog.worker.job import JobRun, Settings
+from queuelog.worker.process import prepare
 from queuelog.worker.slots import Slots
 
 POLL_WAIT = 30            # seconds a claim long-polls (the server's maximum)
@@ -57,6 +58,7 @@ class Runner:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
+        prepare()  # the reaper and the death signal's wrapper: not in the first job's time
         # Two pollers: while one claim is in flight, slots freed meanwhile can be claimed by
         # the other. An idle runner has one long poll open: the first reserves every slot.
         pollers = [threading.Thread(target=self._poll, name=f"queuelog-poller-{n}",

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select, text
 
-from helpers import enqueue
+from helpers import add_job, enqueue
 from queuelog import create_app
 from queuelog.model.jobs import Status
 from queuelog.server.retention import parse_duration
@@ -333,3 +333,24 @@ def test_retention_during_an_outage_logs_one_line_not_a_traceback(tmp_path, cloc
     records = [r for r in caplog.records if r.name == "queuelog.server.retention"]
     assert [r.levelname for r in records] == ["WARNING"] and records[0].exc_info is None
     store.close()
+
+
+def delta_rows(store: Any) -> int:
+    """Rows waiting in job_count_deltas (PostgreSQL's trigger-kept counts)."""
+    with store.engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM job_count_deltas")).scalar_one())
+
+
+@pytest.mark.parametrize("backend", [pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def test_the_round_folds_the_count_deltas_that_nobody_reads(client, store, producer, clock):
+    """Issue 15: deltas were folded only by a read of the counts, so unscraped, they grew."""
+    add_job(store), add_job(store)  # outside a request: no round, two deltas
+    assert delta_rows(store) == 2
+    enqueue(client, producer)  # retention is off, yet the round runs after this response
+    assert delta_rows(store) == 0
+    enqueue(client, producer)  # within the interval: its delta waits for the next round
+    assert delta_rows(store) == 1
+    clock.advance(61)
+    enqueue(client, producer)
+    assert delta_rows(store) == 0
+    assert store.job_counts() == {("pending", "email"): 5}

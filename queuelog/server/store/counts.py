@@ -37,10 +37,23 @@ def read_counts(conn: Connection) -> tuple[Counts, int]:
 
 def fold_if_many(write: Engine, deltas: int) -> None:
     """Fold the deltas into the totals once there are many, so reads stay small."""
+    if deltas >= FOLD_AT:
+        fold(write)
+
+
+def fold(write: Engine) -> bool:
+    """Fold every delta into the totals now; False where the database keeps none."""
     statement = dialect_of(write).fold_counts()
-    if statement is not None and deltas >= FOLD_AT:
-        with write.begin() as conn:
-            conn.execute(statement)
+    if statement is None:
+        return False
+    with write.begin() as conn:
+        conn.execute(statement)
+    return True
+
+
+def keeps_deltas(engine: Engine) -> bool:
+    """True where the triggers append deltas that need folding (PostgreSQL)."""
+    return dialect_of(engine).fold_counts() is not None
 
 
 def job_counts_of(engine: Engine, write: Engine) -> Counts:

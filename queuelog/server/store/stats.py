@@ -19,7 +19,7 @@ from sqlalchemy import Engine, bindparam, func, literal_column, select
 
 from queuelog.model.jobs import FINISHED, Outcome, Priority, Status
 from queuelog.server.store.tables import job_attempts, jobs, paused_types
-from queuelog.server.store.counts import job_counts_of
+from queuelog.server.store.counts import fold, job_counts_of, keeps_deltas
 from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
@@ -111,6 +111,15 @@ class Stats:
     def job_counts(self) -> dict[tuple[str, str], int]:
         """Exact jobs per (status, type); pairs with no job are left out."""
         return job_counts_of(self.engine, self._write)
+
+    def fold_counts(self) -> bool:
+        """Fold the count deltas into the totals now; False where none are kept (SQLite)."""
+        return fold(self._write)
+
+    @property
+    def keeps_count_deltas(self) -> bool:
+        """True where the counts' deltas grow until folded (PostgreSQL)."""
+        return keeps_deltas(self.engine)
 
     def gauges(self, types: Sequence[str]) -> Gauges:
         """The /metrics gauges, from one connection; each read walks an index."""
