@@ -43,7 +43,7 @@ def make_app(url: str, workdir: str) -> Any:
     if store.dialect.name == "postgresql":
         from sqlalchemy import text
         with store.engine.begin() as conn:
-            conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, audit_log CASCADE"))
+            conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, audit_events, job_counts, job_count_deltas CASCADE"))
     return app
 
 
