@@ -111,6 +111,16 @@ class Dialect:
         """The parameters of ``insert_rows`` for these rows."""
         raise NotImplementedError
 
+    def complete_rows(self) -> TextClause:
+        """One UPDATE completing many held jobs, each fenced on its own (running, this
+        worker, this attempt); every completed row returned. Parameters: ``now``, ``wkr``
+        and ``complete_params(items)``."""
+        raise NotImplementedError
+
+    def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
+        """The items' parameters for ``complete_rows``: (id, attempt, result JSON) each."""
+        raise NotImplementedError
+
     # -- wake-ups: "a job may have become claimable", to every process ------------------
     def notify(self, conn: Any) -> None:
         """Within ``conn``'s transaction: jobs may have become claimable. Told at commit
@@ -234,6 +244,14 @@ class SQLiteDialect(Dialect):
                     ) -> dict[str, Any]:
         """One JSON text: ``[[v1, v2, ...], ...]``."""
         return {"rows": json.dumps([[row[c] for c in columns] for row in rows])}
+
+    def complete_rows(self) -> TextClause:
+        """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
+        return _SQLITE_COMPLETE_ROWS
+
+    def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
+        """``[[id, attempt, result], ...]`` as one JSON text."""
+        return {"items": json.dumps([list(item) for item in items])}
 
     def _after_commit(self, engine: Engine) -> None:
         """One datagram to every other process's socket beside the database file."""
@@ -365,6 +383,15 @@ class PostgresDialect(Dialect):
         """A list per column (psycopg sends each as an array)."""
         return {c: [row[c] for row in rows] for c in columns}
 
+    def complete_rows(self) -> TextClause:
+        """Three arrays zipped by ``unnest``, joined by ``UPDATE ... FROM``."""
+        return _PG_COMPLETE_ROWS
+
+    def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
+        """One array per field."""
+        return {"ids": [i[0] for i in items], "atts": [i[1] for i in items],
+                "res": [i[2] for i in items]}
+
     def _notify_others(self, conn: Any) -> None:
         """pg_notify in the transaction: delivered to every LISTEN at commit, or never."""
         conn.execute(_NOTIFY)
@@ -395,6 +422,20 @@ _SQLITE_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM json
                        "ORDER BY key RETURNING *")
 _PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {columns} FROM unnest({arrays}) "
                    "WITH ORDINALITY AS r({columns}, ord) ORDER BY ord RETURNING *")
+# complete_many in one statement: the items joined to their rows, each row fenced alone.
+# SQLite: ``+`` keeps the planner off the status and worker indexes (it would walk every
+# running job for each item); the walk is the items, each a rowid lookup.
+_SQLITE_COMPLETE_ROWS = text(
+    "UPDATE jobs SET status = 'completed', result = i.value ->> 2, lease_expires_at = NULL, "
+    "finished_at = :now, updated_at = :now FROM json_each(:items) AS i "
+    "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
+    "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr RETURNING *")
+_PG_COMPLETE_ROWS = text(
+    "UPDATE jobs SET status = 'completed', result = v.res, lease_expires_at = NULL, "
+    "finished_at = :now, updated_at = :now FROM unnest(CAST(:ids AS BIGINT[]), "
+    "CAST(:atts AS INTEGER[]), CAST(:res AS TEXT[])) AS v(id, att, res) "
+    "WHERE jobs.id = v.id AND jobs.status = 'running' AND jobs.attempt = v.att "
+    "AND jobs.worker_id = :wkr RETURNING jobs.*")
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
 _NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
 
