@@ -82,3 +82,19 @@ def test_a_wake_up_never_removes_the_writers_lock_file(tmp_path: Path):
     listen.send_all(str(tmp_path))
     assert (tmp_path / LOCK_FILE).exists()
     assert not dead.exists()
+
+
+def test_the_wal_is_checkpointed_out_of_turn(tmp_path: Path):
+    """SQLite's own checkpoint is off (it would run inside a writer's turn); the writers'
+    checkpoints still copy the WAL into the database file."""
+    from queuelog.server.store.turns import CHECKPOINT_EVERY
+    url = f"sqlite:///{tmp_path}/ckpt.db"
+    store = Store(url, sqlite_synchronous="NORMAL")
+    store.create_schema()
+    with store.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+    before = (tmp_path / "ckpt.db").stat().st_size
+    for i in range(CHECKPOINT_EVERY + 1):
+        store.enqueue(NewJob("p", "email", '{"pad": "' + "x" * 2000 + '"}', 0, 3))
+    assert (tmp_path / "ckpt.db").stat().st_size > before
+    store.close()

@@ -319,6 +319,7 @@ def _on_connect(dbapi_conn: Any, synchronous: str) -> None:
     cur.execute("PRAGMA busy_timeout=30000")
     cur.execute(f"PRAGMA synchronous={synchronous}")
     cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA wal_autocheckpoint=0")  # made out of the writers' turn: turns.py
     cur.close()
 
 
