@@ -303,6 +303,17 @@ def single_calls(q: Queuelog, noop: Gunicorn, seconds: float, rounds: int,
                                 "complete": complete})
 
 
+def _rate(run: Callable[[int], None], done: list[int], seconds: float) -> float:
+    """Run ``run(slot)`` in a thread per slot of ``done``; the jobs they did per second."""
+    began = time.monotonic()
+    workers = [threading.Thread(target=run, args=(n,)) for n in range(len(done))]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(timeout=seconds + 120)
+    return sum(done) / (time.monotonic() - began)
+
+
 def batch_lifecycle(q: Queuelog, seconds: float, threads: int = 4, size: int = 100) -> float:
     """Jobs per second through enqueue 100 / claim 100 / complete 100, from ``threads``."""
     done = [0] * threads
@@ -326,13 +337,7 @@ def batch_lifecycle(q: Queuelog, seconds: float, threads: int = 4, size: int = 1
                 done[slot] += len(jobs)
         conn.close()
 
-    began = time.monotonic()
-    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=seconds + 120)
-    return sum(done) / (time.monotonic() - began)
+    return _rate(run, done, seconds)
 
 
 # Limits that never bind (so both servers claim the same jobs), but that every claim pays
@@ -361,13 +366,7 @@ def batch_claims(q: Queuelog, seconds: float, threads: int = 4, size: int = 100)
             done[slot] += len(jobs)
         conn.close()
 
-    began = time.monotonic()
-    workers = [threading.Thread(target=run, args=(n,)) for n in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join(timeout=seconds + 120)
-    return sum(done) / (time.monotonic() - began)
+    return _rate(run, done, seconds)
 
 
 def limits_cost(workdir: str, pg: str | None, seconds: float, rounds: int

@@ -71,24 +71,20 @@ class Prepared:
         if not seq:
             return
         sql, _ = self._bound(seq[0])
-        args = [self._bound(p)[1] for p in seq]
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            _before(conn, cursor, sql, args, True)
-            cursor.executemany(sql, args)
-            _after(conn, cursor, sql, args, True)
-        except Exception as e:  # noqa: BLE001 - translated and re-raised by SQLAlchemy
-            conn._handle_dbapi_exception(e, sql, args, cursor, None)
-        finally:
-            cursor.close()
+        self._send(conn, sql, [self._bound(p)[1] for p in seq], many=True).close()
 
     def _execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
         sql, args = self._bound(params)
+        return self._send(conn, sql, args, many=False)
+
+    @staticmethod
+    def _send(conn: Connection, sql: str, args: Any, *, many: bool) -> Any:
+        """Run on the transaction's driver cursor, listeners told; the open cursor."""
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
-            _before(conn, cursor, sql, args, False)
-            cursor.execute(sql, args)
-            _after(conn, cursor, sql, args, False)
+            _before(conn, cursor, sql, args, many)
+            (cursor.executemany if many else cursor.execute)(sql, args)
+            _after(conn, cursor, sql, args, many)
         except Exception as e:  # noqa: BLE001 - translated and re-raised by SQLAlchemy
             cursor.close()
             # SQLAlchemy's own handler: wraps the driver's error in sqlalchemy.exc, tells
