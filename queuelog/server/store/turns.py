@@ -11,9 +11,11 @@ only then ``BEGIN IMMEDIATE``, which now finds the database free; the turn ends 
 the COMMIT. SQLite's busy timeout still bounds the wait for a writer outside this scheme
 (the sqlite3 shell, an older queuelog).
 
-Checkpoints are made out of turn (``CHECKPOINT_EVERY``). The flock has no timeout: it is held only across one write transaction of a queuelog
-process on this database, whose SQLite lock would stop the others just as long, and the
-kernel drops it when its holder dies.
+Checkpoints are made out of turn (``CHECKPOINT_EVERY``). The flock has no timeout: it is
+held only across one write transaction of a queuelog process on this database, whose
+SQLite lock would stop the others just as long, and the kernel drops it when its holder
+dies. One engine per database per process: two engines' turns in one thread, one inside
+the other, would wait on each other's flock.
 """
 from __future__ import annotations
 
