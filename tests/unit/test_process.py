@@ -37,6 +37,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def running_sleep(pid: int) -> bool:
+    """True once the process has exec'd the command itself (past any wrapper)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().split(b"\0")[0].endswith(b"sleep")
+    except OSError:
+        return False
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("way", ["setpriv", "preexec"])
 def test_a_command_dies_with_its_sigkilled_runner_without_the_reaper(way: str) -> None:
@@ -48,6 +57,11 @@ def test_a_command_dies_with_its_sigkilled_runner_without_the_reaper(way: str) -
     command = int(runner.stdout.readline())
     try:
         assert alive(command)
+        # The kill must come after the death signal is set: setpriv sets it, then execs
+        # the command (the window before is the reaper's, see linux.with_death_signal).
+        deadline = time.monotonic() + 5
+        while not running_sleep(command) and time.monotonic() < deadline:
+            time.sleep(0.005)
         runner.kill()  # SIGKILL: no handler runs, only the kernel's death signal
         runner.wait()
         deadline = time.monotonic() + 5  # real processes: the kernel's pace, not a clock's
