@@ -131,3 +131,32 @@ def test_a_bad_limit_in_the_config_stops_start_up(opts: dict[str, Any], named: s
                     "SECRET_KEY": "x", "JOB_TYPES": {"pdf": opts}})
     assert "JOB_TYPES['pdf']" in str(err.value) and named in str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["pdf", "email"])
+def test_a_claim_that_would_overrun_meanwhile_rolls_back_and_claims_under_the_lock(
+        backend: str, store: Store, monkeypatch: Any, kind: str) -> None:
+    """PostgreSQL claims on an unlocked reading: another claim committing between that
+    reading and the first one's check (claim_policy.settle) must not let both through."""
+    if backend != "postgresql":
+        pytest.skip("SQLite's write lock serializes the two: there is no interleaving")
+    from queuelog.server.store import claim_policy
+    store.set_limits(kind, {"pdf": {"concurrency": 1}, "email": {"rate": "1/h", "burst": 1}
+                            }[kind], "root")
+    add(store, kind, 2)
+    real = claim_policy.settle
+    others: list[Any] = []
+
+    def settle_after_another(*args: Any) -> bool:
+        if not others:  # the first claim, between its reading and its check
+            others.append(None)
+            t = threading.Thread(target=lambda: others.append(store.claim("w2", types=[kind])))
+            t.start()
+            t.join(timeout=30)
+        return real(*args)
+
+    monkeypatch.setattr(claim_policy, "settle", settle_after_another)
+    first = store.claim("w1", types=[kind])
+    assert others[1] is not None          # the other claim got the one slot or token
+    assert first is None                  # and this one, checked under the lock, did not
+    assert store.claim("w3", types=[kind]) is None

@@ -5,12 +5,22 @@ module inside the claim's own transaction, so no path can skip it:
 
 - **paused types** are a condition of the claim statement itself (``eligible``);
 - **flow control** (CONTRACT.md, Flow control): when a type the claim may take has a
-  concurrency or rate limit in force, its limiter row is locked (``FOR UPDATE`` on
-  PostgreSQL; SQLite's write lock already serializes claims), its running jobs are counted
-  and its bucket refilled *after* the lock is held, so no two claims spend one slot or token.
-  A type with nothing left is added to the statement's ``:blocked`` list, skipped as a
-  paused type is, and the claim takes the next best job of another type (``allowance``,
-  ``take``). Without a limit in force the claim runs as before: one small read more.
+  concurrency or rate limit in force, ``allowance`` reads what each such type has left
+  (slots and tokens). A type with nothing left is added to the statement's ``:blocked``
+  list, skipped as a paused type is, and the claim takes the next best job of another
+  type (``take``). ``settle`` then spends the tokens taken. No two claims spend one slot
+  or token:
+
+  - SQLite: the write transaction holds the database's one write lock from BEGIN, so the
+    reading is already exact;
+  - PostgreSQL: claims run on an unlocked reading, in parallel; ``settle`` then locks the
+    limiter rows of the types claimed (``FOR UPDATE``, in name order), counts again with
+    everything committed meanwhile and, if a limit would be overrun, says so: the claim
+    rolls back and runs again with the rows locked first (``locked=True``). Only these
+    last statements and the commit take turns per type, not the claim itself (issue 16:
+    locking first made a limited type's claims take turns over the whole transaction).
+
+Without a limit in force the claim runs as before: one small read more.
 """
 from __future__ import annotations
 
@@ -57,10 +67,10 @@ class Allowance:
 
 
 def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
-              types: Sequence[str] | None, now: int,
+              types: Sequence[str] | None, now: int, *, locked: bool = False,
               ) -> tuple[Allowance | None, dict[str, Limits]]:
-    """Lock and read the limiters of the limited types this claim may take (None if none),
-    and every type's limits in force."""
+    """What the limited types this claim may take have left (None if none), and every
+    type's limits in force; ``locked``: under their limiter rows' locks (PostgreSQL)."""
     wanted = None if types is None else set(types)
     first = limiter.rows(conn)
     everywhere = in_force(configured, first)
@@ -69,10 +79,9 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
     if not limited:
         return None, everywhere
     rows = {r.type: r for r in first if r.type in limited}
-    if not limiter.dialect.writes_lock_reads or len(rows) < len(limited):
-        # Read again under the row locks (PostgreSQL): a limit changed since the first
-        # read applies now. SQLite's write transaction held its one lock from BEGIN, so
-        # the first read already was under it, unless a row must first be made.
+    if locked or (limiter.dialect.writes_lock_reads and len(rows) < len(limited)):
+        # Locked, a limit changed since the first read applies now; SQLite's write lock
+        # was held from BEGIN, so its first read was exact, unless a row must be made.
         rows = limiter.lock(conn, limited)
     limits = in_force({t: configured.get(t, NONE) for t in limited}, list(rows.values()))
     running = limiter.running(conn, [t for t, lim in limits.items() if lim.concurrency])
@@ -92,14 +101,47 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
     return out, everywhere
 
 
-def take(run: Callable[[list[str], int], list[Any]], n: int, allow: Allowance,
-         now: int, conn: Connection, limiter: Limiter) -> list[Any]:
+def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
+           allow: Allowance, got: Sequence[Any], now: int) -> bool:
+    """Spend the tokens the claimed jobs ``got`` took; False (nothing written) if, with
+    what other claims committed meanwhile, that would overrun a limit (PostgreSQL).
+
+    Our own claims are visible to our own statements, so the running count taken after
+    the lock includes them: it may reach the concurrency, not pass it.
+    """
+    taken: dict[str, int] = {}
+    for r in got:
+        if r.type in allow.left:
+            taken[r.type] = taken.get(r.type, 0) + 1
+    if not taken:
+        return True
+    tokens = {t: allow.tokens[t] for t in taken if t in allow.tokens}
+    if not limiter.dialect.writes_lock_reads:
+        rows = limiter.lock(conn, sorted(taken))
+        limits = in_force({t: configured.get(t, NONE) for t in taken}, list(rows.values()))
+        running = limiter.running(conn, [t for t in taken if limits[t].concurrency])
+        for t, n in taken.items():
+            lim = limits[t]
+            if lim.concurrency is not None and running.get(t, 0) > lim.concurrency:
+                return False
+            now_tokens = tokens_now(lim, rows.get(t), now)
+            if now_tokens is not None and now_tokens < n:
+                return False
+            if now_tokens is not None:
+                tokens[t] = now_tokens
+            else:
+                tokens.pop(t, None)
+    limiter.spend(conn, now, {t: v - taken[t] for t, v in tokens.items()})
+    return True
+
+
+def take(run: Callable[[list[str], int], list[Any]], n: int, allow: Allowance) -> list[Any]:
     """Claim up to ``n`` jobs in claim order, at most what each limited type has left.
 
     ``run(blocked, k)`` claims the best ``k`` due jobs outside ``blocked``. Each round takes
     no more than the smallest allowance left, so no type can overrun it, and stops when a
     round comes back short (nothing more is due); a batch takes a few rounds at most when
-    some type is nearly out. The tokens spent are written back before the commit.
+    some type is nearly out (``settle`` then spends the tokens).
     """
     got: list[Any] = []
     while n > 0:
@@ -113,7 +155,4 @@ def take(run: Callable[[list[str], int], list[Any]], n: int, allow: Allowance,
         if len(rows) < k:
             break
         n -= len(rows)
-    spent = {t: allow.tokens[t] - sum(1 for r in got if r.type == t)
-             for t in allow.tokens if any(r.type == t for r in got)}
-    limiter.spend(conn, now, spent)
     return got

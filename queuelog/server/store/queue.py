@@ -40,6 +40,10 @@ class Claimed(list[Job]):
     next_due_in: float | None = None  # seconds until a skipped type's next token comes
 
 
+class _Overrun(Exception):
+    """A claim taken on an unlocked reading would overrun a limit: roll it back."""
+
+
 class Queue(Enqueue):
     """The job verbs: enqueue (enqueue.py), claim, heartbeat, complete, fail, cancel, retry,
     purge."""
@@ -199,6 +203,19 @@ class Queue(Enqueue):
         """Take back expired leases, then claim up to ``max_jobs`` due jobs in one
         transaction; in claim order (priority, run_at, id), each with its own attempt,
         within the types' limits (claim_policy.py)."""
+        try:
+            out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, False)
+        except _Overrun:  # rare: a limit reached meanwhile; again, with the rows locked first
+            out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, True)
+        # Built after the commit: the write lock (SQLite's, one writer at a time) is held
+        # for the SQL alone, not for a hundred jobs' Python.
+        out.extend(Job.from_row(r._mapping) for r in rows)
+        return out
+
+    def _claim_in_turn(self, worker: str, max_jobs: int, lease_seconds: float | None,
+                       types: Sequence[str] | None, locked: bool) -> tuple[Claimed, list[Any]]:
+        """One claim transaction (``claim_many``); raises _Overrun, rolled back, where it
+        would overrun a limit (claim_policy.settle)."""
         with self._write.begin() as conn:
             now = self.clock()
             out = Claimed()
@@ -208,7 +225,7 @@ class Queue(Enqueue):
             if types is not None:
                 params["types"] = list(types)
             allow, limits = claim_policy.allowance(conn, self.limiter, self.configured_limits,
-                                                   types, now)
+                                                   types, now, locked=locked)
             # Remembered for the answers: a complete or fail of these types frees a slot.
             self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
             if allow is None:
@@ -217,19 +234,21 @@ class Queue(Enqueue):
             else:
                 rows = claim_policy.take(
                     lambda blocked, k: self._claim_round(conn, params, blocked, k),
-                    max_jobs, allow, now, conn, self.limiter)
+                    max_jobs, allow)
                 if not rows and allow.next_due_us is not None:
                     out.next_due_in = (allow.next_due_us - now) / 1e6
             if not rows:
-                return out
+                return out, rows
             if len(rows) > 1:  # RETURNING has no order of its own
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
             self._attempt_start.many(conn, [{"jid": r.id, "att": r.attempt, "wkr": worker,
                                                 "now": now} for r in rows])
-        # Built after the commit: the write lock (SQLite's, one writer at a time) is held
-        # for the SQL alone, not for a hundred jobs' Python.
-        out.extend(Job.from_row(r._mapping) for r in rows)
-        return out
+            # Last before the commit: on PostgreSQL this locks the types' limiter rows, so
+            # claims of one limited type take turns for these statements alone.
+            if allow is not None and not claim_policy.settle(
+                    conn, self.limiter, self.configured_limits, allow, rows, now):
+                raise _Overrun
+        return out, rows
 
     def _claim_round(self, conn: Connection, params: dict[str, Any], blocked: list[str],
                      n: int) -> list[Any]:
