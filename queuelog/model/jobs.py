@@ -5,9 +5,10 @@ import dataclasses
 import datetime as dt
 import enum
 import functools
-import json
 import random
 from typing import Any, Mapping
+
+from queuelog.model import jsontext
 
 
 class Status(str, enum.Enum):
@@ -178,13 +179,13 @@ class Job:
         """Build from a ``jobs`` row (JSON columns decoded)."""
         result = row["result"]
         return cls(
-            id=row["id"], type=row["type"], payload=json.loads(row["payload"]),
+            id=row["id"], type=row["type"], payload=jsontext.loads(row["payload"]),
             priority=row["priority"], status=Status(row["status"]),
             attempt=row["attempt"], retry_count=row["retry_count"],
             max_retries=row["max_retries"], idempotency_key=row["idempotency_key"],
             producer=row["producer"], worker_id=row["worker_id"], run_at=row["run_at"],
             claimed_at=row["claimed_at"], lease_expires_at=row["lease_expires_at"],
-            result=None if result is None else json.loads(result), error=row["error"],
+            result=None if result is None else jsontext.loads(result), error=row["error"],
             created_at=row["created_at"], updated_at=row["updated_at"],
             finished_at=row["finished_at"], schedule=row.get("schedule"),
             scheduled_for=row.get("scheduled_for"),

@@ -55,13 +55,13 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
 
 def _install(app: Flask) -> None:
     """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
-    from queuelog.server import (auth, commands, errors, longpoll, metrics, retention,
-                                 schedules, store, ui, wakeups)
+    from queuelog.server import (auth, commands, errors, jsonout, longpoll, metrics,
+                                 retention, schedules, store, ui, wakeups)
     from queuelog.server.api import admin, audit, producer, read, types, worker, workers
     from queuelog.server.api import schedules as schedules_api
     from queuelog.server.requests.parse import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
-    app.json.sort_keys = False  # type: ignore[attr-defined]
+    jsonout.init_app(app)
     for part in (errors, store, metrics, auth, longpoll, wakeups):
         part.init_app(app)
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp,

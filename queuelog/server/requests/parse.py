@@ -16,6 +16,7 @@ from flask import request
 from werkzeug.exceptions import RequestEntityTooLarge
 from werkzeug.routing import BaseConverter, ValidationError
 
+from queuelog.model import jsontext
 from queuelog.model.jobs import from_datetime
 from queuelog.model.problems import MalformedRequest, UnsupportedMediaType, ValidationFailed
 from queuelog.server.requests.bodies import MAX_JOB_ID
@@ -71,6 +72,14 @@ def parse_json(raw: bytes) -> Any:
 
 def decode(raw: bytes) -> tuple[Any, bool]:
     """``parse_json``, and whether the value holds OUT_OF_RANGE (so only then is it looked for)."""
+    value = jsontext.fast_strict_loads(raw)
+    if value is not jsontext.NOT_FAST:
+        # orjson refused nothing: no NaN, no infinity, no lone surrogate, no integer past 64
+        # bits (those take the path below, for its own wording). Its depth limit is 1024:
+        # ours is looked for only where the brackets could reach it.
+        if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+            raise MalformedRequest(f"JSON nests deeper than {MAX_DEPTH} levels.")
+        return value, False
     seen: list[bool] = []
 
     def finite_float(literal: str) -> Any:
@@ -186,7 +195,7 @@ def is_name(value: Any, max_len: int = 100) -> bool:
 
 def compact(value: Any) -> str:
     """Compact UTF-8 JSON, the form payloads are measured and stored in."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
+    return jsontext.dumps(value)
 
 
 def idempotency_header(value: str | None) -> str | None:

@@ -8,7 +8,6 @@ still built once, at store set-up, so the claim path pays nothing for the indire
 """
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -19,6 +18,7 @@ from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
 
+from queuelog.model import jsontext
 from queuelog.model.problems import ConfigError
 from queuelog.server.store import listen
 from queuelog.server.store.turns import WriteTurns
@@ -243,7 +243,7 @@ class SQLiteDialect(Dialect):
     def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
                     ) -> dict[str, Any]:
         """One JSON text: ``[[v1, v2, ...], ...]``."""
-        return {"rows": json.dumps([[row[c] for c in columns] for row in rows])}
+        return {"rows": jsontext.dumps([[row[c] for c in columns] for row in rows])}
 
     def complete_rows(self) -> TextClause:
         """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
@@ -251,7 +251,7 @@ class SQLiteDialect(Dialect):
 
     def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
         """``[[id, attempt, result], ...]`` as one JSON text."""
-        return {"items": json.dumps([list(item) for item in items])}
+        return {"items": jsontext.dumps([list(item) for item in items])}
 
     def _after_commit(self, engine: Engine) -> None:
         """One datagram to every other process's socket beside the database file."""
