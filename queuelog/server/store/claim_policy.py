@@ -103,11 +103,13 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
 
 def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
            allow: Allowance, got: Sequence[Any], now: int) -> bool:
-    """Spend the tokens the claimed jobs ``got`` took; False (nothing written) if, with
-    what other claims committed meanwhile, that would overrun a limit (PostgreSQL).
+    """Spend the tokens the claimed jobs ``got`` took; False (roll back) if, with what
+    other claims committed meanwhile, that overruns a limit (PostgreSQL).
 
-    Our own claims are visible to our own statements, so the running count taken after
-    the lock includes them: it may reach the concurrency, not pass it.
+    PostgreSQL: the limiter rows are locked, then one statement per type writes its bucket
+    and counts its running jobs; begun after the lock, it sees every claim committed before,
+    and our own (so the count may reach the concurrency, not pass it). The bucket is written
+    before the count is known: an overrun rolls it back with the rest.
     """
     taken: dict[str, int] = {}
     for r in got:
@@ -115,23 +117,20 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
             taken[r.type] = taken.get(r.type, 0) + 1
     if not taken:
         return True
-    tokens = {t: allow.tokens[t] for t in taken if t in allow.tokens}
-    if not limiter.dialect.writes_lock_reads:
-        rows = limiter.lock(conn, sorted(taken))
-        limits = in_force({t: configured.get(t, NONE) for t in taken}, list(rows.values()))
-        running = limiter.running(conn, [t for t in taken if limits[t].concurrency])
-        for t, n in taken.items():
-            lim = limits[t]
-            if lim.concurrency is not None and running.get(t, 0) > lim.concurrency:
-                return False
-            now_tokens = tokens_now(lim, rows.get(t), now)
-            if now_tokens is not None and now_tokens < n:
-                return False
-            if now_tokens is not None:
-                tokens[t] = now_tokens
-            else:
-                tokens.pop(t, None)
-    limiter.spend(conn, now, {t: v - taken[t] for t, v in tokens.items()})
+    if limiter.dialect.writes_lock_reads:  # SQLite: the reading was under the write lock
+        limiter.spend(conn, now, {t: allow.tokens[t] - n for t, n in taken.items()
+                                  if t in allow.tokens})
+        return True
+    rows = limiter.lock(conn, sorted(taken))
+    limits = in_force({t: configured.get(t, NONE) for t in taken}, list(rows.values()))
+    for t, n in sorted(taken.items()):
+        lim = limits[t]
+        tokens = tokens_now(lim, rows.get(t), now)
+        if tokens is not None and tokens < n:
+            return False
+        running = limiter.spend_and_count(conn, t, now, None if tokens is None else tokens - n)
+        if lim.concurrency is not None and running > lim.concurrency:
+            return False
     return True
 
 

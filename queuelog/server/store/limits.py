@@ -35,6 +35,13 @@ _RUNNING_KEPT = (select(job_counts.c.type, job_counts.c.n).where(
     job_counts.c.type.in_(bindparam("types", expanding=True))))
 _SPEND = (update(type_limits).where(type_limits.c.type == bindparam("t"))
           .values(tokens=bindparam("tokens"), refilled_at=bindparam("now")))
+# PostgreSQL, under the row's lock: the bucket written and the type's running jobs counted
+# in one statement (so in one snapshot taken after the lock); tokens NULL: no rate in force.
+_SPEND_COUNT = (update(type_limits).where(type_limits.c.type == bindparam("t"))
+                .values(tokens=bindparam("tokens"), refilled_at=bindparam("now"))
+                .returning(select(func.count()).where(
+                    status_is(Status.RUNNING), jobs.c.type == type_limits.c.type)
+                    .scalar_subquery()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +92,7 @@ class Limiter:
         self._running = Prepared(_RUNNING_KEPT if dialect.counts_in_place else _RUNNING,
                                  sa_dialect)
         self._spend = Prepared(_SPEND, sa_dialect)
+        self._spend_count = Prepared(_SPEND_COUNT, sa_dialect)
 
     def rows(self, conn: Connection) -> list[Any]:
         """Every limiter row (a type's override and its bucket)."""
@@ -104,6 +112,12 @@ class Limiter:
             conn.execute(self.dialect.insert_ignore(type_limits), [{"type": t} for t in missing])
             rows = {r.type: r for r in self._lock.rows(conn, {"types": list(types)})}
         return rows
+
+    def spend_and_count(self, conn: Connection, job_type: str, now: int,
+                        tokens: float | None) -> int:
+        """Write one type's bucket (its locked row) and count its running jobs."""
+        row = self._spend_count.first(conn, {"t": job_type, "tokens": tokens, "now": now})
+        return 0 if row is None else int(row[0])
 
     def spend(self, conn: Connection, now: int, left_tokens: Mapping[str, float]) -> None:
         """Write back the buckets a claim spent from."""
