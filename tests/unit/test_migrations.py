@@ -26,7 +26,7 @@ from sqlalchemy.engine import make_url
 from conftest import BACKENDS
 from queuelog import create_app
 from queuelog.model.jobs import Status
-from queuelog.server.store.tables import metadata, paused_types, type_limits
+from queuelog.server.store.tables import job_counts, metadata, paused_types, type_limits
 from queuelog.server.store import NewJob, Store, migrate
 from queuelog.server.store.migrate import alembic_config, current, head, scripts
 
@@ -85,6 +85,7 @@ def fill_every_state(store: Store) -> None:
     # for the fill.
     paused_types.create(store.engine)
     type_limits.create(store.engine)
+    job_counts.create(store.engine)  # read with the limiter rows (running per type)
     # Today's job statements read and write the columns schedules added (0007): lent too.
     with store.engine.begin() as conn:
         for column in LENT_JOB_COLUMNS:
@@ -106,6 +107,7 @@ def fill_every_state(store: Store) -> None:
     store.accounts.create_user("ann", "pbkdf2:sha256:1000$salt$hash", "admin")
     paused_types.drop(store.engine)
     type_limits.drop(store.engine)
+    job_counts.drop(store.engine)
     with store.engine.begin() as conn:
         for column in LENT_JOB_COLUMNS:
             conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column.split()[0]}")

@@ -328,3 +328,30 @@ def test_the_dialect_is_chosen_once_from_the_url(store, backend):
 def test_an_unsupported_database_is_a_config_error(url, says):
     with pytest.raises(ConfigError, match=re.escape(says)):
         dialect.for_url(url)
+
+
+def test_the_key_lookup_gives_its_connection_back_transactional(backend, store, monkeypatch):
+    """PostgreSQL reads the key in autocommit (no BEGIN/ROLLBACK round trips): the pooled
+    connection must come back transactional, even when the read fails, or a later write
+    transaction on it would commit statement by statement."""
+    if backend != "postgresql":
+        pytest.skip("SQLite's lookup runs in a transaction of its own")
+    import psycopg
+    _, token = store.accounts.create_key("looked-up", "worker", types=None, max_priority=30)
+    assert store.accounts.key_for_token(token).name == "looked-up"
+    real = psycopg.Connection.execute
+
+    def refuse(self, *args, **kwargs):
+        if self.autocommit:
+            raise psycopg.OperationalError("the read failed")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Connection, "execute", refuse)
+    assert store.accounts.key_for_token(token).name == "looked-up"  # replayed, then found
+    monkeypatch.undo()
+    held = [store.accounts.engine.raw_connection() for _ in range(3)]
+    try:
+        assert not any(c.driver_connection.autocommit for c in held)
+    finally:
+        for c in held:
+            c.close()

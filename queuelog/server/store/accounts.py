@@ -120,13 +120,7 @@ class Accounts:
         digest = hash_token(token)
         conn = self.engine.raw_connection()  # a refused connect raises SQLAlchemy's error
         try:
-            cursor = conn.cursor()
-            cursor.execute(self._key_sql, (digest,))
-            row = cursor.fetchone()
-            cursor.close()
-            # End the read here, where a failure is handled below; the pool's reset then
-            # has nothing to send (a reset that fails only logs, and renews no pool).
-            conn.rollback()
+            row = dialect_of(self.engine).read_one(conn, self._key_sql, (digest,))
         except Exception:  # the driver's own error, e.g. a connection the server dropped
             try:
                 conn.rollback()  # PostgreSQL: a failed statement aborted the transaction
@@ -134,8 +128,10 @@ class Accounts:
                 pass
             # Replayed on the same connection through SQLAlchemy, which tells a disconnect
             # apart: it then renews the whole pool (every connection of the process saw the
-            # same cut) and raises its own error, answered 503 (errors.py).
-            with Connection(self.engine, connection=conn) as sa_conn:
+            # same cut) and raises its own error, answered 503 (errors.py). A connection
+            # the lookup had to give up (dialect.read_one) is replaced by the pool's next.
+            with (Connection(self.engine, connection=conn) if conn.is_valid
+                  else self.engine.connect()) as sa_conn:
                 row = sa_conn.exec_driver_sql(self._key_sql, (digest,)).first()
         else:
             conn.close()  # back to the pool

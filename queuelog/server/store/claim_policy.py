@@ -72,19 +72,24 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
     """What the limited types this claim may take have left (None if none), and every
     type's limits in force; ``locked``: under their limiter rows' locks (PostgreSQL)."""
     wanted = None if types is None else set(types)
-    first = limiter.rows(conn)
+    first = limiter.rows_counting(conn, sorted(t for t, lim in configured.items()
+                                               if lim.concurrency is not None))
     everywhere = in_force(configured, first)
     limited = sorted(t for t, lim in everywhere.items()
                      if lim.any and (wanted is None or t in wanted))
     if not limited:
         return None, everywhere
     rows = {r.type: r for r in first if r.type in limited}
+    counted = {t: r.running for t, r in rows.items() if r.running is not None}
     if locked or (limiter.dialect.writes_lock_reads and len(rows) < len(limited)):
         # Locked, a limit changed since the first read applies now; SQLite's write lock
         # was held from BEGIN, so its first read was exact, unless a row must be made.
         rows = limiter.lock(conn, limited)
+        counted = {}
     limits = in_force({t: configured.get(t, NONE) for t in limited}, list(rows.values()))
-    running = limiter.running(conn, [t for t, lim in limits.items() if lim.concurrency])
+    running = {t: n for t, n in counted.items() if limits[t].concurrency}
+    running.update(limiter.running(conn, [t for t, lim in limits.items()
+                                          if lim.concurrency and t not in counted]))
     out = Allowance({}, {}, None)
     for t, lim in limits.items():
         left = UNLIMITED

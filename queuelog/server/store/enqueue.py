@@ -56,7 +56,8 @@ class Enqueue:
         """Compile the enqueue statements for this store's database (prepared.py)."""
         sa_dialect = self.engine.dialect
         self._by_key, self._by_keys, self._insert_job = (
-            Prepared(q, sa_dialect) for q in (_BY_KEY, _BY_KEYS, _INSERT))
+            Prepared(q, sa_dialect)
+            for q in (_BY_KEY, _BY_KEYS, self.dialect.notifying(_INSERT)))
         # A batch's rows in one statement of one shape, whatever its size. (SQLAlchemy's
         # executemany with RETURNING in parameter order ran a statement per row on SQLite:
         # measured, half of a 100-job batch's time.)
@@ -83,7 +84,7 @@ class Enqueue:
                                     "This idempotency key was used for a different request.")
                             return Job.from_row(row._mapping), False
                     row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
-                    self.dialect.notify(conn)
+                    self.dialect.notify(conn, told=True)
                     self.on_jobs_written()
                     return Job.from_row(row._mapping), True
             except IntegrityError:

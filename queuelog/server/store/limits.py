@@ -12,7 +12,7 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import Connection, Engine, bindparam, func, select, update
+from sqlalchemy import Connection, Engine, bindparam, case, func, or_, select, update
 
 from queuelog.model.jobs import Status
 from queuelog.model.limits import NONE, Limits
@@ -33,6 +33,20 @@ _RUNNING = (select(jobs.c.type, func.count()).where(
 _RUNNING_KEPT = (select(job_counts.c.type, job_counts.c.n).where(
     job_counts.c.status == Status.RUNNING.value,
     job_counts.c.type.in_(bindparam("types", expanding=True))))
+# The claim's first read: each row with its type's running jobs where a concurrency may be
+# in force (the row's, or the config's: :ctypes), so no second statement counts them.
+# NULL elsewhere. On PostgreSQL the count is a hint, checked again under the lock.
+def _rows_counting(running: Any) -> Any:
+    counted = or_(type_limits.c.concurrency.is_not(None),
+                  type_limits.c.type.in_(bindparam("ctypes", expanding=True)))
+    return select(type_limits, case((counted, running), else_=None).label("running"))
+
+
+_ROWS_RUNNING = _rows_counting(select(func.count()).where(
+    status_is(Status.RUNNING), jobs.c.type == type_limits.c.type).scalar_subquery())
+_ROWS_RUNNING_KEPT = _rows_counting(func.coalesce(select(job_counts.c.n).where(
+    job_counts.c.status == Status.RUNNING.value, job_counts.c.type == type_limits.c.type)
+    .scalar_subquery(), 0))
 _SPEND = (update(type_limits).where(type_limits.c.type == bindparam("t"))
           .values(tokens=bindparam("tokens"), refilled_at=bindparam("now")))
 # PostgreSQL, under the row's lock: the bucket written and the type's running jobs counted
@@ -88,6 +102,8 @@ class Limiter:
         sa_dialect = engine.dialect
         self.dialect = dialect
         self._rows = Prepared(ROWS, sa_dialect)
+        self._rows_running = Prepared(_ROWS_RUNNING_KEPT if dialect.counts_in_place
+                                      else _ROWS_RUNNING, sa_dialect)
         self._lock = Prepared(dialect.for_update(_LOCK), sa_dialect)
         self._running = Prepared(_RUNNING_KEPT if dialect.counts_in_place else _RUNNING,
                                  sa_dialect)
@@ -97,6 +113,11 @@ class Limiter:
     def rows(self, conn: Connection) -> list[Any]:
         """Every limiter row (a type's override and its bucket)."""
         return self._rows.rows(conn, {})
+
+    def rows_counting(self, conn: Connection, concurrency_types: Sequence[str]) -> list[Any]:
+        """Every limiter row, with ``running``: its type's running jobs where the row or
+        ``concurrency_types`` (the config's) give it a concurrency, else None."""
+        return self._rows_running.rows(conn, {"ctypes": list(concurrency_types)})
 
     def running(self, conn: Connection, types: Sequence[str]) -> dict[str, int]:
         """Running jobs per type (leases run out included: they count until taken back)."""
