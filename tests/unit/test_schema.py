@@ -96,7 +96,9 @@ def filled(store: Store) -> Store:
 
 
 def _one(sent: list[tuple[str, Any]], starts: str) -> tuple[str, Any]:
-    found = [s for s in sent if s[0].lstrip().upper().startswith(starts)]
+    # PostgreSQL's claim is "WITH claimed AS (UPDATE jobs ...)": its attempts in a CTE.
+    found = [s for s in sent if s[0].lstrip().upper().startswith(starts)
+             or s[0].lstrip().upper().startswith(f"WITH CLAIMED AS \n({starts}")]
     assert found, [s[0][:60] for s in sent]
     return found[0]
 

@@ -135,9 +135,15 @@ class Queue(Enqueue):
                  .returning(*jobs.c))
         # The first n due jobs in claim order (one for a single claim). PostgreSQL: the
         # subquery locks them, skipping rows another claim holds; SQLite: the write lock.
-        self._claim_any, self._claim_typed, self._claim_any_b, self._claim_typed_b = (
-            claim.where(self.dialect.in_subquery(jobs.c.id, q))
-            for q in (due, typed, due_b, typed_b))
+        claims = [claim.where(self.dialect.in_subquery(jobs.c.id, q))
+                  for q in (due, typed, due_b, typed_b)]
+        recording = [self.dialect.claim_recording(c, job_attempts, Outcome.RUNNING.value)
+                     for c in claims]
+        # Where the claim opens the attempts itself (PostgreSQL), none are inserted after.
+        self._claim_opens_attempts = recording[0] is not None
+        if self._claim_opens_attempts:
+            claims = recording
+        self._claim_any, self._claim_typed, self._claim_any_b, self._claim_typed_b = claims
         expired = (select(jobs.c.id, jobs.c.attempt)
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
                    .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
@@ -241,8 +247,9 @@ class Queue(Enqueue):
                 return out, rows
             if len(rows) > 1:  # RETURNING has no order of its own
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
-            self._attempt_start.many(conn, [{"jid": r.id, "att": r.attempt, "wkr": worker,
-                                                "now": now} for r in rows])
+            if not self._claim_opens_attempts:
+                self._attempt_start.many(conn, [{"jid": r.id, "att": r.attempt,
+                                                    "wkr": worker, "now": now} for r in rows])
             # Last before the commit: on PostgreSQL this locks the types' limiter rows, so
             # claims of one limited type take turns for these statements alone.
             if allow is not None and not claim_policy.settle(
