@@ -208,6 +208,10 @@ def test_batch_complete_fences_each_item_on_its_own(client, admin, worker, make_
     assert results[3] == {"id": c["id"], "status": 200, "job_status": "completed"}
     assert store.get(a["id"]).result == {"ok": 1}
     assert store.get(b["id"]).status.value == "running"  # the refused item changed nothing
+    # Each completed job's attempt is closed with it; the refused one's stays open.
+    assert [(t.outcome.value, t.finished_at is not None) for t in store.get(a["id"]).attempts
+            ] == [("completed", True)]
+    assert [t.outcome.value for t in store.get(b["id"]).attempts] == ["running"]
     again = client.post("/jobs/complete", json={"jobs": [{"id": b["id"], "attempt": 1}]},
                         headers=other).json["results"]
     assert again[0]["status"] == 409 and again[0]["type"].endswith("not-holder")

@@ -96,9 +96,10 @@ def filled(store: Store) -> Store:
 
 
 def _one(sent: list[tuple[str, Any]], starts: str) -> tuple[str, Any]:
-    # PostgreSQL's claim is "WITH claimed AS (UPDATE jobs ...)": its attempts in a CTE.
-    found = [s for s in sent if s[0].lstrip().upper().startswith(starts)
-             or s[0].lstrip().upper().startswith(f"WITH CLAIMED AS \n({starts}")]
+    # PostgreSQL's claim and complete are "WITH x AS (UPDATE jobs ...)": their attempts'
+    # rows are written by a second CTE.
+    found = [s for s in sent if re.match(rf"(WITH \w+ AS\s*\()?{starts}",
+                                         s[0].lstrip().upper())]
     assert found, [s[0][:60] for s in sent]
     return found[0]
 

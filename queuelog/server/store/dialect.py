@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (ColumnElement, Engine, Select, TextClause, any_, bindparam, create_engine,
-                        event, func, insert, literal, select, text)
+                        event, func, insert, literal, select, text, update)
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
@@ -105,6 +105,15 @@ class Dialect:
     def in_subquery(self, column: Any, query: Any) -> ColumnElement[bool]:
         """``column`` IN the ids ``query`` picks, evaluated once."""
         return column.in_(query)  # type: ignore[no-any-return]
+
+    # ``complete_rows`` also closes the completed jobs' attempts (their outcome, finished_at).
+    complete_rows_close_attempts: bool = False
+
+    def closing_attempts(self, statement: Any, attempts: Any, outcome: str) -> Any | None:
+        """``statement`` (an UPDATE of jobs ... RETURNING) that also closes each returned
+        job's attempt (finished_at :now, ``outcome``, no error), as one statement; None
+        where the database cannot (the caller then updates them)."""
+        return None
 
     def claim_recording(self, claim: Any, attempts: Any, outcome: str) -> Any | None:
         """The claim (an UPDATE ... RETURNING) that also opens each claimed job's attempt
@@ -453,6 +462,17 @@ class PostgresDialect(Dialect):
             hide_password=False)
         return listen.PgListener(conninfo, ring)
 
+    complete_rows_close_attempts = True
+
+    def closing_attempts(self, statement: Any, attempts: Any, outcome: str) -> Any | None:
+        """A data-modifying CTE, as ``claim_recording``: the attempts of the rows returned."""
+        done = statement.cte("done")
+        ended = (update(attempts).where(attempts.c.job_id == done.c.id,
+                                        attempts.c.attempt == done.c.attempt)
+                 .values(finished_at=bindparam("now"), outcome=literal(outcome), error=None)
+                 .cte("ended"))
+        return select(done).add_cte(ended)
+
     def claim_recording(self, claim: Any, attempts: Any, outcome: str) -> Any | None:
         """A data-modifying CTE: the attempts inserted from the claimed rows, always run
         to completion by PostgreSQL though nothing reads it (a claim's round trip fewer)."""
@@ -491,12 +511,16 @@ _SQLITE_COMPLETE_ROWS = text(
     "finished_at = :now, updated_at = :now FROM json_each(:items) AS i "
     "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
     "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr RETURNING *")
+# PostgreSQL closes the completed jobs' attempts in the same statement (a CTE).
 _PG_COMPLETE_ROWS = text(
-    "UPDATE jobs SET status = 'completed', result = v.res, lease_expires_at = NULL, "
-    "finished_at = :now, updated_at = :now FROM unnest(CAST(:ids AS BIGINT[]), "
-    "CAST(:atts AS INTEGER[]), CAST(:res AS TEXT[])) AS v(id, att, res) "
-    "WHERE jobs.id = v.id AND jobs.status = 'running' AND jobs.attempt = v.att "
-    "AND jobs.worker_id = :wkr RETURNING jobs.*")
+    "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
+    "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
+    "FROM unnest(CAST(:ids AS BIGINT[]), CAST(:atts AS INTEGER[]), CAST(:res AS TEXT[])) "
+    "AS v(id, att, res) WHERE jobs.id = v.id AND jobs.status = 'running' "
+    "AND jobs.attempt = v.att AND jobs.worker_id = :wkr RETURNING jobs.*), "
+    "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
+    "error = NULL FROM done WHERE job_attempts.job_id = done.id "
+    "AND job_attempts.attempt = done.attempt) SELECT * FROM done")
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
 _NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
 

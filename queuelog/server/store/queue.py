@@ -171,6 +171,11 @@ class Queue(Enqueue):
                                        lease_expires_at=None, finished_at=b("now"),
                                        updated_at=b("now")))
         self._complete = complete_each.returning(*jobs.c)
+        closing = self.dialect.closing_attempts(self._complete, job_attempts,
+                                                Outcome.COMPLETED.value)
+        self._complete_closes_attempt = closing is not None
+        if closing is not None:  # PostgreSQL: the attempt closed by the same statement
+            self._complete = closing
         # Ending an attempt with a failure (a worker's fail, or a lease taken back): read
         # the retry budget, then move the job on; ``own`` adds "held by this worker".
         own = jobs.c.worker_id == b("wkr")
@@ -317,7 +322,8 @@ class Queue(Enqueue):
                 else:
                     done.append(_refusal(now_rows.get(job_id), job_id, worker, attempt))
             if ended:
-                self._attempt_end.many(conn, ended)
+                if not self.dialect.complete_rows_close_attempts:
+                    self._attempt_end.many(conn, ended)
                 self.on_jobs_written()
                 self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)])
         # The jobs are built after the commit, as claim_many's.
@@ -329,8 +335,9 @@ class Queue(Enqueue):
                                           "now": now, "res": result_json})
         if row is None:
             return self._refusal(conn, job_id, worker, attempt)
-        self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
-                                     "outcome": Outcome.COMPLETED.value, "error": None})
+        if not self._complete_closes_attempt:
+            self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
+                                         "outcome": Outcome.COMPLETED.value, "error": None})
         self.on_jobs_written()
         job = Job.from_row(row._mapping)
         self._freed(conn, [job.type])
