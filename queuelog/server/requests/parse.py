@@ -112,14 +112,15 @@ def decode(raw: bytes) -> tuple[Any, bool]:
 
 
 def _depth(value: Any) -> int:
+    if not isinstance(value, (dict, list)):
+        return 0
     deepest, stack = 0, [(value, 1)]
-    while stack:
+    while stack:  # containers only: a batch's scalars are most of its values
         node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            if depth <= MAX_DEPTH:
-                stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict)
-                                                        else node))
+        deepest = max(deepest, depth)
+        if depth <= MAX_DEPTH:
+            stack.extend((v, depth + 1) for v in (node.values() if isinstance(node, dict)
+                                                    else node) if isinstance(v, (dict, list)))
     return deepest
 
 
