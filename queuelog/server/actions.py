@@ -232,9 +232,12 @@ def _sanitizer() -> Callable[[str], str]:
 
 def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
     """Count the attempts that ended (a retried fail is a ``failed`` attempt too)."""
+    per_type: dict[str, int] = {}
     for job in done:
         if isinstance(job, Job):
-            metrics.attempt_finished(job.type, outcome)
+            per_type[job.type] = per_type.get(job.type, 0) + 1
+    for job_type, n in per_type.items():  # one counter write per type, not per job
+        metrics.attempt_finished(job_type, outcome, n)
 
 
 # -- jobs -------------------------------------------------------------------------------

@@ -54,9 +54,9 @@ def jobs_enqueued(job_type: str, n: int = 1) -> None:
     ENQUEUED.labels(job_type).inc(n)
 
 
-def attempt_finished(job_type: str, outcome: str) -> None:
+def attempt_finished(job_type: str, outcome: str, n: int = 1) -> None:
     """Count an attempt that ended: ``completed``, ``failed`` or ``lease_expired``."""
-    ATTEMPTS.labels(job_type, outcome).inc()
+    ATTEMPTS.labels(job_type, outcome).inc(n)
 
 
 def long_poll_waited(seconds: float) -> None:
