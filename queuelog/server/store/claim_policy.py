@@ -66,14 +66,24 @@ class Allowance:
         return sorted(t for t, k in self.left.items() if k <= 0)
 
 
+def first_read(limiter: Limiter, configured: Mapping[str, Limits]) -> tuple[Any, Any]:
+    """The claim's first read of the limiter rows, with running counts (``allowance``'s
+    ``first``), as a statement and parameters: the claim sends it with the lease read."""
+    return limiter.rows_counting_read(sorted(t for t, lim in configured.items()
+                                             if lim.concurrency is not None))
+
+
 def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
               types: Sequence[str] | None, now: int, *, locked: bool = False,
+              first: Sequence[Any] | None = None,
               ) -> tuple[Allowance | None, dict[str, Limits]]:
     """What the limited types this claim may take have left (None if none), and every
-    type's limits in force; ``locked``: under their limiter rows' locks (PostgreSQL)."""
+    type's limits in force; ``locked``: under their limiter rows' locks (PostgreSQL);
+    ``first``: the rows of ``first_read`` if the claim has read them already."""
     wanted = None if types is None else set(types)
-    first = limiter.rows_counting(conn, sorted(t for t, lim in configured.items()
-                                               if lim.concurrency is not None))
+    if first is None:
+        statement, params = first_read(limiter, configured)
+        first = statement.rows(conn, params)
     everywhere = in_force(configured, first)
     limited = sorted(t for t, lim in everywhere.items()
                      if lim.any and (wanted is None or t in wanted))

@@ -8,6 +8,7 @@ still built once, at store set-up, so the claim path pays nothing for the indire
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -108,6 +109,8 @@ class Dialect:
 
     # ``complete_rows`` also closes the completed jobs' attempts (their outcome, finished_at).
     complete_rows_close_attempts: bool = False
+    # Several reads may be sent at once and answered at once (``Prepared.together``).
+    pipelines: bool = False
 
     def closing_attempts(self, statement: Any, attempts: Any, outcome: str) -> Any | None:
         """``statement`` (an UPDATE of jobs ... RETURNING) that also closes each returned
@@ -463,6 +466,12 @@ class PostgresDialect(Dialect):
         return listen.PgListener(conninfo, ring)
 
     complete_rows_close_attempts = True
+
+    @functools.cached_property
+    def pipelines(self) -> bool:  # type: ignore[override]
+        """psycopg's pipeline mode, where its libpq has it (14 or later; psycopg[binary]'s)."""
+        import psycopg
+        return bool(psycopg.Pipeline.is_supported())
 
     def closing_attempts(self, statement: Any, attempts: Any, outcome: str) -> Any | None:
         """A data-modifying CTE, as ``claim_recording``: the attempts of the rows returned."""

@@ -117,7 +117,12 @@ class Limiter:
     def rows_counting(self, conn: Connection, concurrency_types: Sequence[str]) -> list[Any]:
         """Every limiter row, with ``running``: its type's running jobs where the row or
         ``concurrency_types`` (the config's) give it a concurrency, else None."""
-        return self._rows_running.rows(conn, {"ctypes": list(concurrency_types)})
+        return self._rows_running.rows(conn, *self.rows_counting_read(concurrency_types)[1:])
+
+    def rows_counting_read(self, concurrency_types: Sequence[str]
+                           ) -> tuple[Prepared, Mapping[str, Any]]:
+        """``rows_counting`` as a statement and its parameters (``Prepared.together``)."""
+        return self._rows_running, {"ctypes": list(concurrency_types)}
 
     def running(self, conn: Connection, types: Sequence[str]) -> dict[str, int]:
         """Running jobs per type (leases run out included: they count until taken back)."""

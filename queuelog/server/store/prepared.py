@@ -73,6 +73,33 @@ class Prepared:
         sql, _ = self._bound(seq[0])
         self._send(conn, sql, [self._bound(p)[1] for p in seq], many=True).close()
 
+    @staticmethod
+    def together(conn: Connection, reads: Sequence[tuple["Prepared", Mapping[str, Any]]],
+                 *, pipelined: bool) -> list[list[Any]]:
+        """Several reads' rows; ``pipelined`` (psycopg's pipeline mode): sent at once and
+        answered at once, the transaction's BEGIN with them, one round trip for all."""
+        if not pipelined:
+            return [p.rows(conn, params) for p, params in reads]
+        driver = conn.connection.dbapi_connection
+        cursors: list[Any] = []
+        sql, args = "", None
+        try:
+            with driver.pipeline():  # type: ignore[union-attr]
+                for p, params in reads:
+                    sql, args = p._bound(params)
+                    cursor = driver.cursor()  # type: ignore[union-attr]
+                    cursors.append(cursor)
+                    _before(conn, cursor, sql, args, False)
+                    cursor.execute(sql, args)
+                    _after(conn, cursor, sql, args, False)
+            return [_rows(c) for c in cursors]
+        except Exception as e:  # noqa: BLE001 - translated and re-raised by SQLAlchemy
+            conn._handle_dbapi_exception(e, sql, args, None, None)
+            raise  # not reached: the handler raises
+        finally:
+            for cursor in cursors:
+                cursor.close()
+
     def _execute(self, conn: Connection, params: Mapping[str, Any]) -> Any:
         sql, args = self._bound(params)
         return self._send(conn, sql, args, many=False)

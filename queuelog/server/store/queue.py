@@ -230,13 +230,21 @@ class Queue(Enqueue):
         with self._write.begin() as conn:
             now = self.clock()
             out = Claimed()
-            self._expire_leases(conn, now)
+            # The leases run out and the limiter rows, read together (PostgreSQL: one round
+            # trip, the BEGIN with them); the rows again after a take-back, which frees slots.
+            expired, first = Prepared.together(conn, [
+                (self._expired, {"now": now}),
+                claim_policy.first_read(self.limiter, self.configured_limits)],
+                pipelined=self.dialect.pipelines)
+            if expired:
+                self._expire_leases(conn, now, expired)
             params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
                                       "lease_us": _us_or_none(lease_seconds)}
             if types is not None:
                 params["types"] = list(types)
-            allow, limits = claim_policy.allowance(conn, self.limiter, self.configured_limits,
-                                                   types, now, locked=locked)
+            allow, limits = claim_policy.allowance(
+                conn, self.limiter, self.configured_limits, types, now, locked=locked,
+                first=None if expired else first)
             # Remembered for the answers: a complete or fail of these types frees a slot.
             self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
             if allow is None:
@@ -451,9 +459,10 @@ class Queue(Enqueue):
         return _refusal(self._by_id.first(conn, {"jid": job_id}), job_id, worker,
                         attempt)
 
-    def _expire_leases(self, conn: Connection, now: int) -> None:
-        """Take back expired leases (each ended attempt notifies as ``_end_attempt`` does)."""
-        for job_id, attempt in self._expired.rows(conn, {"now": now}):
+    def _expire_leases(self, conn: Connection, now: int, expired: Sequence[Any]) -> None:
+        """Take back the ``expired`` leases, (id, attempt) rows of ``_expired`` (each ended
+        attempt notifies as ``_end_attempt`` does)."""
+        for job_id, attempt in expired:
             job = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
                                     LEASE_EXPIRED_ERROR, retry=True, retry_in=None, worker=None)
             if job is not None:
