@@ -136,14 +136,15 @@ def test_a_bad_limit_in_the_config_stops_start_up(opts: dict[str, Any], named: s
 @pytest.mark.parametrize("kind", ["pdf", "email"])
 def test_a_claim_that_would_overrun_meanwhile_rolls_back_and_claims_under_the_lock(
         backend: str, store: Store, monkeypatch: Any, kind: str) -> None:
-    """PostgreSQL claims on an unlocked reading: another claim committing between that
-    reading and the first one's check (claim_policy.settle) must not let both through."""
+    """PostgreSQL claims on an unlocked reading (far from the limit: 3 left): another claim
+    committing between that reading and the first one's check (claim_policy.settle) must
+    not let both through. The batch of 3 rolls back and, under the lock, takes the 2 left."""
     if backend != "postgresql":
         pytest.skip("SQLite's write lock serializes the two: there is no interleaving")
     from queuelog.server.store import claim_policy
-    store.set_limits(kind, {"pdf": {"concurrency": 1}, "email": {"rate": "1/h", "burst": 1}
+    store.set_limits(kind, {"pdf": {"concurrency": 3}, "email": {"rate": "1/h", "burst": 3}
                             }[kind], "root")
-    add(store, kind, 2)
+    add(store, kind, 5)
     real = claim_policy.settle
     others: list[Any] = []
 
@@ -156,7 +157,7 @@ def test_a_claim_that_would_overrun_meanwhile_rolls_back_and_claims_under_the_lo
         return real(*args)
 
     monkeypatch.setattr(claim_policy, "settle", settle_after_another)
-    first = store.claim("w1", types=[kind])
-    assert others[1] is not None          # the other claim got the one slot or token
-    assert first is None                  # and this one, checked under the lock, did not
+    first = store.claim_many("w1", 3, types=[kind])
+    assert others[1] is not None            # the other claim got one slot or token
+    assert len(first) == 2                  # and this one, checked under the lock, the rest
     assert store.claim("w3", types=[kind]) is None

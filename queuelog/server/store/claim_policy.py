@@ -34,6 +34,7 @@ from queuelog.server.store.limits import Limiter, in_force, token_due_us, tokens
 from queuelog.server.store.tables import paused_types
 
 UNLIMITED = 1 << 30
+NEAR_LIMIT = 2  # claims or tokens left at most: PostgreSQL claims under the lock from the start
 # The extra condition of the statements a limited claim runs, and its SQLite text.
 BLOCKED_SQL = "cand.type NOT IN :blocked"
 BLOCKED_PARAM = bindparam("blocked", expanding=True)
@@ -96,6 +97,20 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
         # was held from BEGIN, so its first read was exact, unless a row must be made.
         rows = limiter.lock(conn, limited)
         counted = {}
+    out = _left(conn, limiter, configured, limited, rows, counted, now)
+    if not locked and not limiter.dialect.writes_lock_reads and any(
+            0 < k <= NEAR_LIMIT for k in out.left.values()):
+        # Near a limit, claims racing on the unlocked reading would mostly roll back at
+        # the check (every waiter wakes when a slot frees): take the lock first instead.
+        out = _left(conn, limiter, configured, limited, limiter.lock(conn, limited), {}, now)
+    return out, everywhere
+
+
+def _left(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
+          limited: list[str], rows: Mapping[str, Any], counted: Mapping[str, int],
+          now: int) -> Allowance:
+    """The allowance from the limiter ``rows`` and the running counts (``counted``, the
+    rest counted here)."""
     limits = in_force({t: configured.get(t, NONE) for t in limited}, list(rows.values()))
     running = {t: n for t, n in counted.items() if limits[t].concurrency}
     running.update(limiter.running(conn, [t for t, lim in limits.items()
@@ -113,7 +128,7 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
                 out.next_due_us = due if out.next_due_us is None else min(out.next_due_us, due)
             left = min(left, int(tokens))
         out.left[t] = left
-    return out, everywhere
+    return out
 
 
 def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
