@@ -355,3 +355,33 @@ def test_the_key_lookup_gives_its_connection_back_transactional(backend, store, 
     finally:
         for c in held:
             c.close()
+
+
+def test_a_key_lookup_that_cannot_leave_autocommit_gives_its_connection_up(backend, store,
+                                                                           monkeypatch):
+    """If the connection refuses to leave autocommit, it is never pooled again, its place in
+    the pool is given back, and the lookup is answered on another connection."""
+    if backend != "postgresql":
+        pytest.skip("SQLite's lookup runs in a transaction of its own")
+    import psycopg
+    _, token = store.accounts.create_key("stuck", "worker", types=None, max_priority=30)
+    real = psycopg.Connection._set_autocommit
+    refused: list[Any] = []
+
+    def set_autocommit(self, value):
+        if not value and not refused:
+            refused.append(self)
+            raise psycopg.OperationalError("the connection is lost")
+        return real(self, value)
+
+    monkeypatch.setattr(psycopg.Connection, "_set_autocommit", set_autocommit)
+    assert store.accounts.key_for_token(token).name == "stuck"
+    assert refused and store.accounts.engine.pool.checkedout() == 0
+    monkeypatch.undo()
+    held = [store.accounts.engine.raw_connection() for _ in range(2)]
+    try:
+        assert all(c.driver_connection is not refused[0] for c in held)
+        assert not any(c.driver_connection.autocommit for c in held)
+    finally:
+        for c in held:
+            c.close()

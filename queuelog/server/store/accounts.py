@@ -130,6 +130,8 @@ class Accounts:
             # apart: it then renews the whole pool (every connection of the process saw the
             # same cut) and raises its own error, answered 503 (errors.py). A connection
             # the lookup had to give up (dialect.read_one) is replaced by the pool's next.
+            if not conn.is_valid:
+                conn.close()  # its place in the pool back; the connection itself is gone
             with (Connection(self.engine, connection=conn) if conn.is_valid
                   else self.engine.connect()) as sa_conn:
                 row = sa_conn.exec_driver_sql(self._key_sql, (digest,)).first()
