@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (ColumnElement, Engine, Select, TextClause, any_, bindparam, create_engine,
-                        event, func, insert, literal, select, text, update)
+                        case, event, func, insert, literal, select, text, update)
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
@@ -474,13 +474,16 @@ class PostgresDialect(Dialect):
         return bool(psycopg.Pipeline.is_supported())
 
     def closing_attempts(self, statement: Any, attempts: Any, outcome: str) -> Any | None:
-        """A data-modifying CTE, as ``claim_recording``: the attempts of the rows returned."""
+        """A data-modifying CTE, as ``claim_recording``: the attempts of the rows returned;
+        and the wake-up for a freed slot (a job of ``:slot_types``) in the same statement."""
         done = statement.cte("done")
         ended = (update(attempts).where(attempts.c.job_id == done.c.id,
                                         attempts.c.attempt == done.c.attempt)
                  .values(finished_at=bindparam("now"), outcome=literal(outcome), error=None)
                  .cte("ended"))
-        return select(done).add_cte(ended)
+        freed = case((done.c.type.in_(bindparam("slot_types", expanding=True)),
+                      func.pg_notify(literal(listen.CHANNEL), literal(""))), else_=None)
+        return select(done, freed.label("notified")).add_cte(ended)
 
     def claim_recording(self, claim: Any, attempts: Any, outcome: str) -> Any | None:
         """A data-modifying CTE: the attempts inserted from the claimed rows, always run
@@ -529,7 +532,9 @@ _PG_COMPLETE_ROWS = text(
     "AND jobs.attempt = v.att AND jobs.worker_id = :wkr RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
-    "AND job_attempts.attempt = done.attempt) SELECT * FROM done")
+    "AND job_attempts.attempt = done.attempt) SELECT *, CASE WHEN done.type = "
+    "ANY(CAST(:slot_types AS VARCHAR[])) THEN pg_notify(:channel, '') END AS notified "
+    "FROM done").bindparams(channel=listen.CHANNEL)
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
 _NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=listen.CHANNEL)
 

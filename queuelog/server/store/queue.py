@@ -315,7 +315,8 @@ class Queue(Enqueue):
         with self._write.begin() as conn:
             now = self.clock()
             rows = {r.id: r for r in self._complete_rows.rows(conn, {
-                "now": now, "wkr": worker, **self.dialect.complete_params(items)})}
+                "now": now, "wkr": worker, "slot_types": sorted(self.slot_types),
+                **self.dialect.complete_params(items)})}
             refused = [job_id for job_id, _, _ in items if job_id not in rows]
             now_rows = ({r.id: r for r in self._by_ids.rows(conn, {"ids": refused})}
                         if refused else {})
@@ -333,14 +334,16 @@ class Queue(Enqueue):
                 if not self.dialect.complete_rows_close_attempts:
                     self._attempt_end.many(conn, ended)
                 self.on_jobs_written()
-                self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)])
+                self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)],
+                            told=self.dialect.complete_rows_close_attempts)
         # The jobs are built after the commit, as claim_many's.
         return [r if isinstance(r, QueuelogError) else Job.from_row(r._mapping) for r in done]
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
                       attempt: int, result_json: str | None) -> Job | QueuelogError:
         row = self._complete.first(conn, {"jid": job_id, "att": attempt, "wkr": worker,
-                                          "now": now, "res": result_json})
+                                          "now": now, "res": result_json,
+                                          "slot_types": sorted(self.slot_types)})
         if row is None:
             return self._refusal(conn, job_id, worker, attempt)
         if not self._complete_closes_attempt:
@@ -348,7 +351,7 @@ class Queue(Enqueue):
                                          "outcome": Outcome.COMPLETED.value, "error": None})
         self.on_jobs_written()
         job = Job.from_row(row._mapping)
-        self._freed(conn, [job.type])
+        self._freed(conn, [job.type], told=self._complete_closes_attempt)
         return job
 
     def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
@@ -500,11 +503,13 @@ class Queue(Enqueue):
         self._freed(conn, [job.type])
         return job
 
-    def _freed(self, conn: Connection, ended_types: Sequence[str]) -> None:
+    def _freed(self, conn: Connection, ended_types: Sequence[str], *,
+               told: bool = False) -> None:
         """An ended attempt of a concurrency-limited type frees a slot: in this transaction,
-        tell every waiting claim (the one wake-up mechanism, as for a new job)."""
+        tell every waiting claim (the one wake-up mechanism, as for a new job). ``told``:
+        the statement that ended it told the other processes (PostgreSQL's complete)."""
         if self.slot_types and any(t in self.slot_types for t in ended_types):
-            self.dialect.notify(conn)
+            self.dialect.notify(conn, told=told)
 
 
 def _refusal(row: Any, job_id: int, worker: str, attempt: int) -> QueuelogError:
