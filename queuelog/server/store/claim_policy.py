@@ -61,6 +61,7 @@ class Allowance:
     left: dict[str, int]              # claims left per limited type (0: skipped)
     tokens: dict[str, float]          # the bucket now, per rate-limited type
     next_due_us: int | None           # when an empty bucket of a skipped type refills
+    limits: dict[str, Limits] = dataclasses.field(default_factory=dict)  # read in force
 
     def blocked(self) -> list[str]:
         """The types this claim must skip."""
@@ -115,7 +116,7 @@ def _left(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
     running = {t: n for t, n in counted.items() if limits[t].concurrency}
     running.update(limiter.running(conn, [t for t, lim in limits.items()
                                           if lim.concurrency and t not in counted]))
-    out = Allowance({}, {}, None)
+    out = Allowance({}, {}, None, dict(limits))
     for t, lim in limits.items():
         left = UNLIMITED
         if lim.concurrency is not None:
@@ -136,10 +137,13 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
     """Spend the tokens the claimed jobs ``got`` took; False (roll back) if, with what
     other claims committed meanwhile, that overruns a limit (PostgreSQL).
 
-    PostgreSQL: the limiter rows are locked, then one statement per type writes its bucket
-    and counts its running jobs; begun after the lock, it sees every claim committed before,
-    and our own (so the count may reach the concurrency, not pass it). The bucket is written
-    before the count is known: an overrun rolls it back with the rest.
+    PostgreSQL: the limiter rows are locked and, in the same round trip (a pipeline), one
+    statement per type refills and spends its bucket from the row as it is now and counts
+    its running jobs; begun after the lock, it sees every claim committed before, and our
+    own (so the count may reach the concurrency, not pass it). What it wrote is checked
+    after: an overrun, or a limit changed since the reading, rolls it back with the rest.
+    A type whose limiter row is not made yet goes the locked way (``allowance(locked=True)``
+    makes it).
     """
     taken: dict[str, int] = {}
     for r in got:
@@ -151,14 +155,16 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
         limiter.spend(conn, now, {t: allow.tokens[t] - n for t, n in taken.items()
                                   if t in allow.tokens})
         return True
-    rows = limiter.lock(conn, sorted(taken))
-    limits = in_force({t: configured.get(t, NONE) for t in taken}, list(rows.values()))
-    for t, n in sorted(taken.items()):
-        lim = limits[t]
-        tokens = tokens_now(lim, rows.get(t), now)
-        if tokens is not None and tokens < n:
+    rows, spent = limiter.lock_spend_count(conn, taken, allow.limits, now)
+    if len(spent) < len(taken):  # a limiter row not made yet
+        return False
+    fresh = in_force({t: configured.get(t, NONE) for t in taken}, list(rows.values()))
+    for t, (tokens, running) in spent.items():
+        lim = allow.limits[t]
+        if fresh[t] != lim:  # changed since the reading: the bucket was spent by the old
             return False
-        running = limiter.spend_and_count(conn, t, now, None if tokens is None else tokens - n)
+        if tokens is not None and tokens < 0:
+            return False
         if lim.concurrency is not None and running > lim.concurrency:
             return False
     return True

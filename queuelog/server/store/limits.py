@@ -12,7 +12,8 @@ import dataclasses
 import math
 from typing import Any, Mapping, Sequence
 
-from sqlalchemy import Connection, Engine, bindparam, case, func, or_, select, update
+from sqlalchemy import (BigInteger, Connection, Engine, Float, bindparam, case, cast, func,
+                        or_, select, update)
 
 from queuelog.model.jobs import Status
 from queuelog.model.limits import NONE, Limits
@@ -49,13 +50,25 @@ _ROWS_RUNNING_KEPT = _rows_counting(func.coalesce(select(job_counts.c.n).where(
     .scalar_subquery(), 0))
 _SPEND = (update(type_limits).where(type_limits.c.type == bindparam("t"))
           .values(tokens=bindparam("tokens"), refilled_at=bindparam("now")))
-# PostgreSQL, under the row's lock: the bucket written and the type's running jobs counted
-# in one statement (so in one snapshot taken after the lock); tokens NULL: no rate in force.
+# PostgreSQL, sent right behind the lock (one pipeline): the bucket refilled and spent from
+# its row as it is now (the lock taken, this statement's snapshot is later), and the type's
+# running jobs counted, in one statement. :size NULL: no rate in force (tokens NULL). The
+# claim checks what it returns: tokens below 0, or more running than the concurrency, is
+# an overrun; so is a limit changed since the claim's reading (the lock's row says).
+_SIZE = cast(bindparam("size"), Float)  # CAST: an untyped NULL has no type to infer
+_PER_US = cast(bindparam("per_us"), Float)
+_NOW = bindparam("now", type_=BigInteger)
+_REFILLED = case(
+    (or_(type_limits.c.tokens.is_(None), type_limits.c.refilled_at.is_(None)), _SIZE),
+    else_=func.least(_SIZE, type_limits.c.tokens + func.greatest(
+        0, _NOW - type_limits.c.refilled_at) * _PER_US))
 _SPEND_COUNT = (update(type_limits).where(type_limits.c.type == bindparam("t"))
-                .values(tokens=bindparam("tokens"), refilled_at=bindparam("now"))
-                .returning(select(func.count()).where(
+                .values(tokens=case((_SIZE.is_(None), None),
+                                    else_=_REFILLED - cast(bindparam("n"), Float)),
+                        refilled_at=_NOW)
+                .returning(type_limits.c.tokens, select(func.count()).where(
                     status_is(Status.RUNNING), jobs.c.type == type_limits.c.type)
-                    .scalar_subquery()))
+                    .scalar_subquery().label("running")))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,11 +152,23 @@ class Limiter:
             rows = {r.type: r for r in self._lock.rows(conn, {"types": list(types)})}
         return rows
 
-    def spend_and_count(self, conn: Connection, job_type: str, now: int,
-                        tokens: float | None) -> int:
-        """Write one type's bucket (its locked row) and count its running jobs."""
-        row = self._spend_count.first(conn, {"t": job_type, "tokens": tokens, "now": now})
-        return 0 if row is None else int(row[0])
+    def lock_spend_count(self, conn: Connection, taken: Mapping[str, int],
+                         limits: Mapping[str, Limits], now: int,
+                         ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """PostgreSQL: lock the limiter rows of the types ``taken`` (type -> jobs claimed),
+        and, in the same round trip, spend each bucket (as ``limits`` say) and count each
+        type's running jobs. The locked rows, and per type (tokens left, running) or
+        nothing where its row is missing (none is made here)."""
+        types = sorted(taken)
+        reads: list[Any] = [(self._lock, {"types": types})]
+        for t in types:
+            bucket = limits[t].bucket()
+            size, per_s = bucket if bucket is not None else (None, 0.0)
+            reads.append((self._spend_count, {"t": t, "n": float(taken[t]), "now": now,
+                                              "size": size, "per_us": per_s / 1e6}))
+        got = Prepared.together(conn, reads, pipelined=self.dialect.pipelines)
+        rows = {r.type: r for r in got[0]}
+        return rows, {t: r[0] for t, r in zip(types, got[1:]) if r}
 
     def spend(self, conn: Connection, now: int, left_tokens: Mapping[str, float]) -> None:
         """Write back the buckets a claim spent from."""
