@@ -73,6 +73,11 @@ class Dialect:
         """The engine that begins write transactions (with the write lock, where needed)."""
         return engine
 
+    def one_statement(self, write: Any) -> Any:
+        """A connection for a write that is one statement, whole by itself: a transaction
+        of ``write`` (the writer) here; in autocommit where that saves round trips."""
+        return write.begin()
+
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         """``query`` skipping rows another transaction holds (PostgreSQL); else as is."""
         return query
@@ -379,6 +384,11 @@ class PostgresDialect(Dialect):
         "queuelog backup copies SQLite databases. On PostgreSQL use pg_dump, e.g. "
         "pg_dump -Fc -f queuelog.dump \"$DATABASE_URL\" (restore with pg_restore); "
         "see the README, 'Backups and restore'.")
+
+    def one_statement(self, write: Any) -> Any:
+        """In autocommit: the statement is its own transaction, without a BEGIN and a COMMIT
+        of their own (two of a single enqueue's four round trips)."""
+        return write.connect().execution_options(isolation_level="AUTOCOMMIT")
 
     def read_one(self, raw: Any, sql: str, params: tuple[Any, ...]) -> Any:
         """In autocommit: the statement alone, without the BEGIN and ROLLBACK that were two

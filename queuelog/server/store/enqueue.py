@@ -72,6 +72,12 @@ class Enqueue:
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
+        if new.idempotency_key is None:  # one INSERT (its wake-up in it): whole by itself
+            with self.dialect.one_statement(self._write) as conn:
+                row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
+                self.dialect.notify(conn, told=True)
+                self.on_jobs_written()
+            return Job.from_row(row._mapping), True
         for _ in range(3):
             try:
                 with self._write.begin() as conn:
