@@ -161,3 +161,16 @@ def test_a_claim_that_would_overrun_meanwhile_rolls_back_and_claims_under_the_lo
     assert others[1] is not None            # the other claim got one slot or token
     assert len(first) == 2                  # and this one, checked under the lock, the rest
     assert store.claim("w3", types=[kind]) is None
+
+
+def test_a_whole_token_refilled_is_claimed_on_both_sides_of_the_check(
+        store: Store, clock: Any) -> None:
+    """The reading refills the bucket in Python, PostgreSQL's check in SQL: at the instant
+    a whole token is back, both must see it. 10/min, 6 s after the bucket emptied: in
+    Python 6.0 * (1/6) is 1.0, while 6,000,000 us * (1/6 per 1e6 us) is a hair under 1."""
+    add(store, "email", 3)
+    store.set_limits("email", {"rate": "10/min", "burst": 1}, "root")
+    assert store.claim("w", types=["email"]) is not None  # the burst: the bucket is empty
+    clock.advance(6)
+    assert store.claim("w", types=["email"]) is not None
+    assert store.claim("w", types=["email"]) is None  # and the next token is 6 s away

@@ -35,6 +35,9 @@ from queuelog.server.store.tables import paused_types
 
 UNLIMITED = 1 << 30
 NEAR_LIMIT = 2  # claims or tokens left at most: PostgreSQL claims under the lock from the start
+# The bucket is refilled in Python for the reading and in SQL for the check: the two may
+# differ in the last bits of a float, which must not make a whole token an overrun.
+TOKEN_SLACK = 1e-9
 # The extra condition of the statements a limited claim runs, and its SQLite text.
 BLOCKED_SQL = "cand.type NOT IN :blocked"
 BLOCKED_PARAM = bindparam("blocked", expanding=True)
@@ -163,7 +166,7 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
         lim = allow.limits[t]
         if fresh[t] != lim:  # changed since the reading: the bucket was spent by the old
             return False
-        if tokens is not None and tokens < 0:
+        if tokens is not None and tokens < -TOKEN_SLACK:
             return False
         if lim.concurrency is not None and running > lim.concurrency:
             return False

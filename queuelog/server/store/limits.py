@@ -13,7 +13,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from sqlalchemy import (BigInteger, Connection, Engine, Float, bindparam, case, cast, func,
-                        or_, select, update)
+                        literal, or_, select, update)
 
 from queuelog.model.jobs import Status
 from queuelog.model.limits import NONE, Limits
@@ -56,12 +56,14 @@ _SPEND = (update(type_limits).where(type_limits.c.type == bindparam("t"))
 # claim checks what it returns: tokens below 0, or more running than the concurrency, is
 # an overrun; so is a limit changed since the claim's reading (the lock's row says).
 _SIZE = cast(bindparam("size"), Float)  # CAST: an untyped NULL has no type to infer
-_PER_US = cast(bindparam("per_us"), Float)
+_PER_S = cast(bindparam("per_s"), Float)
 _NOW = bindparam("now", type_=BigInteger)
+# tokens_now's arithmetic in its order (elapsed / 1e6 * per second), so that both sides'
+# doubles agree on when a whole token is there.
 _REFILLED = case(
     (or_(type_limits.c.tokens.is_(None), type_limits.c.refilled_at.is_(None)), _SIZE),
-    else_=func.least(_SIZE, type_limits.c.tokens + func.greatest(
-        0, _NOW - type_limits.c.refilled_at) * _PER_US))
+    else_=func.least(_SIZE, type_limits.c.tokens + cast(func.greatest(
+        0, _NOW - type_limits.c.refilled_at), Float) / literal(1e6, Float) * _PER_S))
 _SPEND_COUNT = (update(type_limits).where(type_limits.c.type == bindparam("t"))
                 .values(tokens=case((_SIZE.is_(None), None),
                                     else_=_REFILLED - cast(bindparam("n"), Float)),
@@ -165,7 +167,7 @@ class Limiter:
             bucket = limits[t].bucket()
             size, per_s = bucket if bucket is not None else (None, 0.0)
             reads.append((self._spend_count, {"t": t, "n": float(taken[t]), "now": now,
-                                              "size": size, "per_us": per_s / 1e6}))
+                                              "size": size, "per_s": per_s}))
         got = Prepared.together(conn, reads, pipelined=self.dialect.pipelines)
         rows = {r.type: r for r in got[0]}
         return rows, {t: r[0] for t, r in zip(types, got[1:]) if r}

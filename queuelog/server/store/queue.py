@@ -217,7 +217,10 @@ class Queue(Enqueue):
         try:
             out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, False)
         except _Overrun:  # rare: a limit reached meanwhile; again, with the rows locked first
-            out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, True)
+            try:
+                out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, True)
+            except _Overrun:  # not expected under the lock; if it comes: nothing, not a 500
+                out, rows = Claimed(), []
         # Built after the commit: the write lock (SQLite's, one writer at a time) is held
         # for the SQL alone, not for a hundred jobs' Python.
         out.extend(Job.from_row(r._mapping) for r in rows)
