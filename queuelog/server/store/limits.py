@@ -129,14 +129,11 @@ class Limiter:
         """Every limiter row (a type's override and its bucket)."""
         return self._rows.rows(conn, {})
 
-    def rows_counting(self, conn: Connection, concurrency_types: Sequence[str]) -> list[Any]:
-        """Every limiter row, with ``running``: its type's running jobs where the row or
-        ``concurrency_types`` (the config's) give it a concurrency, else None."""
-        return self._rows_running.rows(conn, *self.rows_counting_read(concurrency_types)[1:])
-
     def rows_counting_read(self, concurrency_types: Sequence[str]
                            ) -> tuple[Prepared, Mapping[str, Any]]:
-        """``rows_counting`` as a statement and its parameters (``Prepared.together``)."""
+        """The read of every limiter row with ``running``, its type's running jobs where
+        the row or ``concurrency_types`` (the config's) give it a concurrency, else None:
+        a statement and its parameters (sent with another read: ``Prepared.together``)."""
         return self._rows_running, {"ctypes": list(concurrency_types)}
 
     def running(self, conn: Connection, types: Sequence[str]) -> dict[str, int]:
