@@ -24,8 +24,9 @@ from queuelog.server import metrics
 from queuelog.server.auth import Principal, is_system_name
 from queuelog.server.longpoll import PollResult, long_polls
 from queuelog.server.sanitize import sanitize_error
-from queuelog.server.store import (ALL, ApiKey, Event, NewJob, Page, Scope, ScheduleState,
-                                   TypeSummary, WorkerSummary, get_store)
+from queuelog.server.store import (ALL, ApiKey, Claimed, Event, NewJob, Page, Scope,
+                                   ScheduleState, TypeSummary, WorkerSummary, get_store,
+                                   hash_token)
 
 CLI = "cli"  # the actor of every change made from the command line (a system name: auth)
 
@@ -163,16 +164,22 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
     if types is None and who.types is not None:
         types = list(who.types)
     store = get_store()
+    # The first look is the request's own, its key just checked by auth; every later one
+    # (after a wait) reads the key again with the claim's first reads, so that a key
+    # revoked while its claim waits gets no job it could never complete.
+    key = hash_token(who.token) if who.token is not None else None
+    looks: list[Claimed] = []
 
     def try_claim() -> list[Job]:
         # No lease given: the store uses the claimed job's type's lease, else LEASE_SECONDS.
-        return store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types)
+        got = store.claim_many(who.name, max_jobs, lease_seconds=lease_seconds, types=types,
+                               key=key if looks else None)
+        looks.append(got)
+        return got
 
     def still_wanted() -> bool:
-        # A key revoked while its claim waits must not get a job it could never complete,
-        # nor a client that went away (a stopped worker): nobody would receive the job.
-        return connected() and who.token is not None \
-            and store.accounts.key_for_token(who.token) is not None
+        # Nor a client that went away (a stopped worker): nobody would receive the job.
+        return connected() and key is not None and not looks[-1].revoked
 
     def next_due() -> float | None:
         # A delayed job is claimed at its run_at, not at the next safety-net look.

@@ -86,8 +86,9 @@ class LongPolls:
         """Claim now; if nothing is due, look again until ``wait`` runs out.
 
         ``try_claim`` claims and returns what it got (a list: one job, or up to
-        ``max_jobs``). ``still_allowed`` is asked before every later look: once it says no
-        (the key was revoked while it waited) the poll ends with nothing and claims no more.
+        ``max_jobs``). ``still_allowed`` is asked before and after every later look: once
+        it says no (the client went away, or a look found the key revoked) the poll ends
+        with nothing and claims no more.
         ``next_due`` says in how many seconds the next delayed job it may claim comes due.
         """
         deadline = time.monotonic() + wait
@@ -132,7 +133,7 @@ class LongPolls:
                 return PollResult((), waited=waited)
             seen = self.bell.count
             jobs = try_claim()
-            if jobs:
+            if jobs or not still_allowed():  # the look itself may find the key revoked
                 return PollResult(jobs, waited=waited)
             token_in = _due_in(jobs)
 

@@ -18,7 +18,7 @@ from queuelog.server.store.due import Due
 from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
 from queuelog.server.store.enqueue import NewJob
 from queuelog.server.store.limits import FlowState, TypeLimits
-from queuelog.server.store.queue import Queue
+from queuelog.server.store.queue import Claimed, Queue
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
@@ -26,9 +26,9 @@ from queuelog.server.store.stats import Series, Stats
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Event", "FlowState", "NewJob", "Page", "RunningJob",
-           "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary", "User",
-           "WorkerSummary", "get_store", "hash_token", "init_app"]
+__all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob", "Page",
+           "RunningJob", "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary",
+           "User", "WorkerSummary", "get_store", "hash_token", "init_app"]
 
 
 class Store(Queue, Reads, Stats, Types, TypeLimits, Workers, Bulk, Audit, Due, Schedules):

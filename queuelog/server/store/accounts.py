@@ -8,7 +8,8 @@ import json
 import secrets
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import (Connection, Engine, bindparam, delete, exists, func, insert, select,
+                        update)
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.problems import Conflict
@@ -17,6 +18,7 @@ from queuelog.server.store.audit import record
 from queuelog.server.store.dialect import NAMES_LOCK
 from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.engine import Clock, system_clock
+from queuelog.server.store.prepared import Prepared
 
 TOKEN_BYTES = 32
 
@@ -24,6 +26,23 @@ TOKEN_BYTES = 32
 def hash_token(token: str) -> str:
     """SHA-256 of a token: keys are random, so no salt or slow hash is needed."""
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+# The active key of a token (``th``: its hash). A key whose name is also a username (an
+# older database; the commands refuse to make one now) is refused, so that it can never act
+# as that person (one name space). Every Bearer request runs it (``key_for_token``), and a
+# claim that waited runs it again with its first reads (``Queue.claim_many``).
+ACTIVE_KEY = (select(api_keys.c.name, api_keys.c.role, api_keys.c.token_hash, api_keys.c.types,
+                     api_keys.c.max_priority, api_keys.c.created_at)
+              .where(api_keys.c.token_hash == bindparam("th"), api_keys.c.revoked_at.is_(None),
+                     ~exists().where(users.c.username == api_keys.c.name)))
+
+
+def is_key(row: Any, digest: str) -> bool:
+    """True when ``row`` (of ACTIVE_KEY) is the key of ``digest``. The lookup is by hash of
+    a high-entropy secret; compared once more in constant time, so that no code path
+    compares the secret-derived value byte by byte."""
+    return row is not None and secrets.compare_digest(row[2], digest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,15 +91,9 @@ class Accounts:
         self.dialect = dialect_of(engine)
         self._write = self.dialect.writer(engine)
         self.clock = clock
-        # Every Bearer request runs this lookup (key_for_token), as driver SQL: static text,
-        # the digest bound. A key whose name is also a username (an older database; the
-        # commands refuse to make one now) is refused, so that it can never act as that
-        # person (one name space).
-        mark = self.dialect.param_mark
-        self._key_sql = (
-            "SELECT k.name, k.role, k.token_hash, k.types, k.max_priority, k.created_at "
-            "FROM api_keys AS k WHERE k.token_hash = " + mark + " AND k.revoked_at IS NULL "
-            "AND NOT EXISTS (SELECT 1 FROM users AS u WHERE u.username = k.name)")
+        # Every Bearer request runs this lookup (key_for_token), as driver SQL: the text
+        # compiled once, the digest bound.
+        self._key = Prepared(ACTIVE_KEY, engine.dialect)
         self._user_named = select(users.c.id).where(users.c.username == bindparam("name"))
         self._active_key_named = select(api_keys.c.id).where(
             api_keys.c.name == bindparam("name"), api_keys.c.revoked_at.is_(None))
@@ -120,7 +133,8 @@ class Accounts:
         digest = hash_token(token)
         conn = self.engine.raw_connection()  # a refused connect raises SQLAlchemy's error
         try:
-            row = dialect_of(self.engine).read_one(conn, self._key_sql, (digest,))
+            sql, params = self._key.bound({"th": digest})
+            row = dialect_of(self.engine).read_one(conn, sql, params)
         except Exception:  # the driver's own error, e.g. a connection the server dropped
             try:
                 conn.rollback()  # PostgreSQL: a failed statement aborted the transaction
@@ -134,12 +148,12 @@ class Accounts:
                 conn.close()  # its place in the pool back; the connection itself is gone
             with (Connection(self.engine, connection=conn) if conn.is_valid
                   else self.engine.connect()) as sa_conn:
-                row = sa_conn.exec_driver_sql(self._key_sql, (digest,)).first()
+                row = sa_conn.exec_driver_sql(sql, params).first()
         else:
             conn.close()  # back to the pool
         # The lookup is by hash of a high-entropy secret; compare once more in constant
         # time so that no code path compares the secret-derived value byte by byte.
-        if row is None or not secrets.compare_digest(row[2], digest):
+        if not is_key(row, digest):
             return None
         return _active_key(*row)
 

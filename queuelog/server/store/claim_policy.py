@@ -78,6 +78,16 @@ def first_read(limiter: Limiter, configured: Mapping[str, Limits]) -> tuple[Any,
                                              if lim.concurrency is not None))
 
 
+def limited_types(configured: Mapping[str, Limits], types: Sequence[str] | None,
+                  first: Sequence[Any]) -> tuple[dict[str, Limits], list[str]]:
+    """Every type's limits in force, read from ``first`` (``first_read``'s rows), and the
+    types this claim may take that have one (none: the claim needs no allowance)."""
+    wanted = None if types is None else set(types)
+    everywhere = in_force(configured, first)
+    return everywhere, sorted(t for t, lim in everywhere.items()
+                              if lim.any and (wanted is None or t in wanted))
+
+
 def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
               types: Sequence[str] | None, now: int, *, locked: bool = False,
               first: Sequence[Any] | None = None,
@@ -85,13 +95,10 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
     """What the limited types this claim may take have left (None if none), and every
     type's limits in force; ``locked``: under their limiter rows' locks (PostgreSQL);
     ``first``: the rows of ``first_read`` if the claim has read them already."""
-    wanted = None if types is None else set(types)
     if first is None:
         statement, params = first_read(limiter, configured)
         first = statement.rows(conn, params)
-    everywhere = in_force(configured, first)
-    limited = sorted(t for t, lim in everywhere.items()
-                     if lim.any and (wanted is None or t in wanted))
+    everywhere, limited = limited_types(configured, types, first)
     if not limited:
         return None, everywhere
     rows = {r.type: r for r in first if r.type in limited}

@@ -54,6 +54,10 @@ class Dialect:
     # The count triggers (migration 0008) update ``job_counts`` itself, in the writing
     # transaction (SQLite); else they append deltas that a read must add up (PostgreSQL).
     counts_in_place: bool = False
+    # ``one_statement`` runs in autocommit, so a verb whose write is one statement (a
+    # claim that opens its attempts itself, a complete that closes it) saves its BEGIN
+    # and COMMIT by running there (PostgreSQL); else it is a transaction like any other.
+    autocommits: bool = False
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """A pooled engine for ``url``, set up for this database."""
@@ -384,6 +388,8 @@ class PostgresDialect(Dialect):
         "queuelog backup copies SQLite databases. On PostgreSQL use pg_dump, e.g. "
         "pg_dump -Fc -f queuelog.dump \"$DATABASE_URL\" (restore with pg_restore); "
         "see the README, 'Backups and restore'.")
+
+    autocommits = True
 
     def one_statement(self, write: Any) -> Any:
         """In autocommit: the statement is its own transaction, without a BEGIN and a COMMIT

@@ -119,6 +119,10 @@ class Prepared:
             conn._handle_dbapi_exception(e, sql, args, None, None)
         return cursor
 
+    def bound(self, params: Mapping[str, Any]) -> tuple[str, Any]:
+        """The SQL text and the driver's parameters, to run it on a driver connection."""
+        return self._bound(params)
+
     def _bound(self, params: Mapping[str, Any]) -> tuple[str, Any]:
         """The SQL text for these list lengths, and the driver's parameters."""
         values = {**self.defaults, **params} if self.defaults else params

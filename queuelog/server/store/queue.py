@@ -8,6 +8,7 @@ types a claim may take is ``claim_policy.eligible``.
 """
 from __future__ import annotations
 
+import functools
 import random
 from typing import Any, Callable, Mapping, Sequence
 
@@ -19,6 +20,7 @@ from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, Stal
 from queuelog.model.jobs import FINISHED, Job, Outcome, Status, backoff_seconds
 from queuelog.model.limits import Limits
 from queuelog.server.store import claim_policy
+from queuelog.server.store.accounts import ACTIVE_KEY, is_key
 from queuelog.server.store.audit import Tally, record
 from queuelog.server.store.dialect import of as dialect_of
 from queuelog.server.store.dialect import sql_of
@@ -38,6 +40,7 @@ class Claimed(list[Job]):
     """The jobs a claim got, with what a waiting claim needs to know when it got none."""
 
     next_due_in: float | None = None  # seconds until a skipped type's next token comes
+    revoked: bool = False             # the claim's key is no longer active: nothing taken
 
 
 class _Overrun(Exception):
@@ -95,6 +98,7 @@ class Queue(Enqueue):
         self._prepare_enqueue()
         self.limiter = Limiter(self.engine, self.dialect)
         self._complete_rows = Prepared(self.dialect.complete_rows(), self.engine.dialect)
+        self._active_key = Prepared(ACTIVE_KEY, self.engine.dialect)
         sa_dialect = self.engine.dialect
         for name in self.HOT:
             setattr(self, name, Prepared(getattr(self, name), sa_dialect))
@@ -143,6 +147,8 @@ class Queue(Enqueue):
         self._claim_opens_attempts = recording[0] is not None
         if self._claim_opens_attempts:
             claims = recording
+        # A claim and its attempts in one statement may run in autocommit (_claim_alone).
+        self._claims_alone = self._claim_opens_attempts and self.dialect.autocommits
         self._claim_any, self._claim_typed, self._claim_any_b, self._claim_typed_b = claims
         expired = (select(jobs.c.id, jobs.c.attempt)
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
@@ -210,15 +216,22 @@ class Queue(Enqueue):
         return got[0] if got else None
 
     def claim_many(self, worker: str, max_jobs: int, *, lease_seconds: float | None = None,
-                   types: Sequence[str] | None = None) -> Claimed:
+                   types: Sequence[str] | None = None, key: str | None = None) -> Claimed:
         """Take back expired leases, then claim up to ``max_jobs`` due jobs in one
         transaction; in claim order (priority, run_at, id), each with its own attempt,
-        within the types' limits (claim_policy.py)."""
+        within the types' limits (claim_policy.py).
+
+        ``key``: the token hash of the API key the claim is made with, read again with the
+        claim's first reads (no round trip of its own); if it is no longer active, nothing
+        is claimed (``Claimed.revoked``). A claim that waited sends it (actions.claim).
+        """
+        claim = functools.partial(self._claim_in_turn, worker, max_jobs, lease_seconds, types,
+                                  key)
         try:
-            out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, False)
+            out, rows = claim(False)
         except _Overrun:  # rare: a limit reached meanwhile; again, with the rows locked first
             try:
-                out, rows = self._claim_in_turn(worker, max_jobs, lease_seconds, types, True)
+                out, rows = claim(True)
             except _Overrun:  # not expected under the lock; if it comes: nothing, not a 500
                 out, rows = Claimed(), []
         # Built after the commit: the write lock (SQLite's, one writer at a time) is held
@@ -227,18 +240,21 @@ class Queue(Enqueue):
         return out
 
     def _claim_in_turn(self, worker: str, max_jobs: int, lease_seconds: float | None,
-                       types: Sequence[str] | None, locked: bool) -> tuple[Claimed, list[Any]]:
+                       types: Sequence[str] | None, key: str | None,
+                       locked: bool) -> tuple[Claimed, list[Any]]:
         """One claim transaction (``claim_many``); raises _Overrun, rolled back, where it
         would overrun a limit (claim_policy.settle)."""
+        if not locked and self._claims_alone:
+            alone = self._claim_alone(worker, max_jobs, lease_seconds, types, key)
+            if alone is not None:
+                return alone
         with self._write.begin() as conn:
             now = self.clock()
             out = Claimed()
-            # The leases run out and the limiter rows, read together (PostgreSQL: one round
-            # trip, the BEGIN with them); the rows again after a take-back, which frees slots.
-            expired, first = Prepared.together(conn, [
-                (self._expired, {"now": now}),
-                claim_policy.first_read(self.limiter, self.configured_limits)],
-                pipelined=self.dialect.pipelines)
+            expired, first, still = self._first_reads(conn, now, key)
+            if not still:
+                out.revoked = True
+                return out, []
             if expired:
                 self._expire_leases(conn, now, expired)
             params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
@@ -273,6 +289,45 @@ class Queue(Enqueue):
                 raise _Overrun
         return out, rows
 
+    def _first_reads(self, conn: Connection, now: int, key: str | None,
+                     ) -> tuple[list[Any], list[Any], bool]:
+        """A claim's first reads, together (PostgreSQL: one round trip, with the BEGIN if
+        any): the leases run out, the limiter rows, and whether ``key`` is still active."""
+        reads = [(self._expired, {"now": now}),
+                 claim_policy.first_read(self.limiter, self.configured_limits)]
+        if key is not None:
+            reads.append((self._active_key, {"th": key}))
+        got = Prepared.together(conn, reads, pipelined=self.dialect.pipelines)
+        return got[0], got[1], key is None or is_key(got[2][0] if got[2] else None, key)
+
+    def _claim_alone(self, worker: str, max_jobs: int, lease_seconds: float | None,
+                     types: Sequence[str] | None, key: str | None,
+                     ) -> tuple[Claimed, list[Any]] | None:
+        """The common claim as one statement in autocommit (``Dialect.autocommits``): the
+        claim and its attempts are one statement, whole by itself, so no BEGIN and COMMIT
+        round trips. Only when the first reads find no lease run out and no limit in force
+        for these types; else None, and the claim runs as a transaction."""
+        with self.dialect.one_statement(self._write) as conn:
+            now = self.clock()
+            expired, first, still = self._first_reads(conn, now, key)
+            if not still:
+                out = Claimed()
+                out.revoked = True
+                return out, []
+            everywhere, limited = claim_policy.limited_types(self.configured_limits, types,
+                                                             first)
+            if expired or limited:
+                return None
+            self.slot_types = frozenset(t for t, lim in everywhere.items() if lim.concurrency)
+            params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
+                                      "lease_us": _us_or_none(lease_seconds)}
+            if types is not None:
+                params["types"] = list(types)
+            rows = (self._claim_any if types is None else self._claim_typed).rows(conn, params)
+        if len(rows) > 1:  # RETURNING has no order of its own
+            rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
+        return Claimed(), rows
+
     def _claim_round(self, conn: Connection, params: dict[str, Any], blocked: list[str],
                      n: int) -> list[Any]:
         """One claim statement for up to ``n`` jobs, skipping the ``blocked`` types."""
@@ -286,7 +341,7 @@ class Queue(Enqueue):
     def heartbeat(self, job_id: int, worker: str, attempt: int, *,
                   lease_seconds: float | None = None) -> Job:
         """Extend the lease of a job the worker holds at this attempt (from now)."""
-        with self._write.begin() as conn:
+        with self.dialect.one_statement(self._write) as conn:  # one UPDATE: whole alone
             now = self.clock()
             row = self._heartbeat.first(conn, {
                 "jid": job_id, "att": attempt, "wkr": worker, "now": now,
@@ -298,9 +353,16 @@ class Queue(Enqueue):
     def complete(self, job_id: int, worker: str, attempt: int,
                  result_json: str | None = None) -> Job:
         """Mark a held job completed, storing its result."""
-        with self._write.begin() as conn:
+        with self._one_write() as conn:
             return _or_raise(self._complete_one(conn, self.clock(), job_id, worker, attempt,
                                                 result_json))
+
+    def _one_write(self) -> Any:
+        """The connection of a single complete: in autocommit where its one statement
+        closes the attempt too (``Dialect.one_statement``), else a transaction."""
+        if self._complete_closes_attempt:
+            return self.dialect.one_statement(self._write)
+        return self._write.begin()
 
     def complete_many(self, worker: str, items: Sequence[tuple[int, int, str | None]],
                       ) -> list[Job | QueuelogError]:
