@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
+import time
+from typing import Any, Callable
 
 import pytest
 from werkzeug.security import generate_password_hash
@@ -93,3 +94,11 @@ def failed(store: Any, type: str = "email", *, error: str = "boom", worker: str 
 def claim(client: Any, headers: dict[str, str], **body: Any) -> Any:
     """POST /jobs/claim with an optional body; return the response."""
     return client.post("/jobs/claim", json=body or None, headers=headers)
+
+
+def until(check: Callable[[], bool], timeout: float = 10) -> None:
+    """Wait (real time: other threads are working) until ``check`` holds."""
+    deadline = time.monotonic() + timeout
+    while not check() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert check(), "condition not reached in time"

@@ -9,10 +9,10 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any
 
 import pytest
-from helpers import enqueue
+from helpers import enqueue, until
 
 from queuelog.server import longpoll
 from queuelog.model.problems import ConfigError
@@ -26,14 +26,6 @@ SLOTS = 2
 def config() -> dict[str, Any]:
     """Two slots, so that a third waiting claim is one too many."""
     return {"LONG_POLL_SLOTS": SLOTS}
-
-
-def _until(check: Callable[[], bool], timeout: float = 10) -> None:
-    """Wait (real time: other threads are working) until ``check`` holds."""
-    deadline = time.monotonic() + timeout
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert check(), "condition not reached in time"
 
 
 def _polling(app: Any, headers: dict[str, str], wait: float, answers: list[Any]
@@ -53,19 +45,19 @@ def test_a_claim_beyond_the_slots_answers_at_once_with_retry_after(app, client, 
     answers: list[Any] = []
     threads = [_polling(app, worker, 20, answers) for _ in range(SLOTS)]
     try:
-        _until(lambda: polls.waiting == SLOTS)
+        until(lambda: polls.waiting == SLOTS)
         began = time.monotonic()
         extra = client.post("/jobs/claim", json={"wait": 20}, headers=worker)
         assert time.monotonic() - began < 5  # not held for its 20 s (slack for a busy box)
         assert extra.status_code == 204 and extra.headers["Retry-After"] == "1"
         # Turned away from waiting, not from claiming: a due job is still handed out at once.
         job = enqueue(client, producer)
-        _until(lambda: len(answers) == 1)  # one waiting poll took it...
+        until(lambda: len(answers) == 1)  # one waiting poll took it...
         assert answers[0].status_code == 200 and answers[0].json["id"] == job["id"]
-        _until(lambda: polls.waiting == SLOTS - 1)  # ...and gave its slot back
+        until(lambda: polls.waiting == SLOTS - 1)  # ...and gave its slot back
         enqueue(client, producer)
         enqueue(client, producer)  # one for the other waiting poll, one for this claim
-        _until(lambda: len(answers) == 2)
+        until(lambda: len(answers) == 2)
         assert client.post("/jobs/claim", json={"wait": 20}, headers=worker).status_code == 200
     finally:
         polls.stop()
@@ -103,7 +95,7 @@ def test_a_key_revoked_while_its_claim_waits_never_gets_a_job(app, client, store
     began = time.monotonic()
     thread = _polling(app, worker, 20, answers)
     try:
-        _until(lambda: polls.waiting == 1)
+        until(lambda: polls.waiting == 1)
         assert store.accounts.revoke_key("mailer-1")
         job = enqueue(client, producer)  # rings the bell: the poll wakes, looks at its key
         thread.join(timeout=10)
@@ -123,7 +115,7 @@ def test_a_revoked_key_stops_waiting_without_anyenqueue(app, store, worker, monk
     began = time.monotonic()
     thread = _polling(app, worker, 20, answers)
     try:
-        _until(lambda: polls.waiting == 1)
+        until(lambda: polls.waiting == 1)
         store.accounts.revoke_key("mailer-1")
         thread.join(timeout=10)
     finally:
@@ -135,7 +127,7 @@ def test_stop_answers_open_polls_at_once_and_later_ones_do_not_wait(app, client,
     polls: LongPolls = app.extensions["queuelog.longpoll"]
     answers: list[Any] = []
     threads = [_polling(app, worker, 20, answers) for _ in range(SLOTS)]
-    _until(lambda: polls.waiting == SLOTS)
+    until(lambda: polls.waiting == SLOTS)
     began = time.monotonic()
     polls.stop()
     for thread in threads:
@@ -166,13 +158,13 @@ def test_gunicorn_stop_answers_open_long_polls_within_a_second(db_url, tmp_path,
     log.close()
     answers: list[Any] = []
     try:
-        _until(lambda: _healthy(port), timeout=30)
+        until(lambda: _healthy(port), timeout=30)
         threads = [threading.Thread(target=_poll_over_http, args=(port, headers, answers),
                                     daemon=True) for _ in range(3)]
         for thread in threads:
             thread.start()
         # All three wait once a fourth claim is turned away for want of a slot.
-        _until(lambda: _slots_full(port, headers), timeout=10)
+        until(lambda: _slots_full(port, headers), timeout=10)
         began = time.monotonic()
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=20)
@@ -241,7 +233,7 @@ def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker, 
     polls: LongPolls = app.extensions["queuelog.longpoll"]
     answers: list[Any] = []
     thread = _polling(app, worker, 20, answers)
-    _until(lambda: polls.waiting == 1)
+    until(lambda: polls.waiting == 1)
     began = time.monotonic()
     fake.alive = False  # what gunicorn's SIGTERM handler does
     thread.join(timeout=10)

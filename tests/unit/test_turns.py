@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import event, func, select
 
+from helpers import until
 from queuelog.server.store import NewJob, Store
 from queuelog.server.store.tables import jobs
 
@@ -96,5 +97,38 @@ def test_the_wal_is_checkpointed_out_of_turn(tmp_path: Path):
     before = (tmp_path / "ckpt.db").stat().st_size
     for i in range(CHECKPOINT_EVERY + 1):
         store.enqueue(NewJob("p", "email", '{"pad": "' + "x" * 2000 + '"}', 0, 3))
-    assert (tmp_path / "ckpt.db").stat().st_size > before
+    until(lambda: (tmp_path / "ckpt.db").stat().st_size > before)  # the checkpoint's thread
     store.close()
+
+
+def test_the_write_that_comes_due_does_not_wait_for_the_checkpoint(tmp_path: Path,
+                                                                   monkeypatch: Any):
+    """The checkpoint runs in a thread of its own: the write whose turn came due returns
+    while the copy (here held) is still going, and a second is not started meanwhile."""
+    from queuelog.server.store import turns
+    started, release = threading.Event(), threading.Event()
+    runs: list[int] = []
+
+    def held(self: Any) -> None:
+        runs.append(1)
+        started.set()
+        release.wait(10)
+        self._checkpointing.release()
+
+    monkeypatch.setattr(turns.WriteTurns, "_checkpoint", held)
+    store = Store(f"sqlite:///{tmp_path}/held.db", sqlite_synchronous="NORMAL")
+    store.create_schema()
+    try:
+        done = threading.Event()
+
+        def writes() -> None:
+            for _ in range(2 * turns.CHECKPOINT_EVERY + 1):
+                store.enqueue(NewJob("p", "email", "{}", 0, 3))
+            done.set()
+
+        threading.Thread(target=writes, daemon=True).start()
+        assert done.wait(10), "a write waited for the checkpoint"
+        assert started.is_set() and runs == [1]
+    finally:
+        release.set()
+        store.close()

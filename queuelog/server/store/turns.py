@@ -34,7 +34,7 @@ LOCK_FILE = "write.lock"
 # SQLite's own checkpoint runs inside the COMMIT that fills the WAL past 1,000 pages, and so
 # inside that writer's turn, where it would stop every writer for as long as it copies and
 # fsyncs (measured here: 100-200 ms stalls); connections turn it off (dialect.py) and a
-# writer checkpoints after every CHECKPOINT_EVERY turns of its process, once out of it.
+# thread checkpoints after every CHECKPOINT_EVERY turns of its process, out of every turn.
 CHECKPOINT_EVERY = 200
 
 
@@ -73,14 +73,16 @@ class WriteTurns:
                 if fd is not None:
                     fcntl.flock(fd, fcntl.LOCK_UN)
             self._commits += 1
-        if first and self._commits % CHECKPOINT_EVERY == 0:
-            self._checkpoint()
+        if first and self._commits % CHECKPOINT_EVERY == 0 \
+                and self._checkpointing.acquire(blocking=False):
+            # In a thread of its own: the request whose commit came due is answered now,
+            # not after the copy and its fsync (in it, they were a 40-sample bench's p99).
+            threading.Thread(target=self._checkpoint, daemon=True,
+                             name="queuelog-checkpoint").start()
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database, outside every turn (writers go on meanwhile);
-        one checkpointer per process at a time, the others skip."""
-        if not self._checkpointing.acquire(blocking=False):
-            return
+        one checkpointer per process at a time (its caller took ``_checkpointing``)."""
         conn = self.engine.raw_connection()  # the driver's own: outside any transaction
         try:
             conn.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
