@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import fastjsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -126,11 +125,7 @@ def test_the_verdict_and_the_errors_agree(name: str, data: Any) -> None:
     parser) finds no error, so no valid body gets a 422 and no invalid one passes."""
     body = data.draw(_bodies(name))
     declared = DECLARED[name]
-    try:
-        declared.fast(body)
-        fast_ok = True
-    except fastjsonschema.JsonSchemaException:
-        fast_ok = False
+    fast_ok = declared.passes(body)
     reference = declared.explainer.validator.is_valid(body)
     assert fast_ok == reference, body
     assert (errors_of(name, body) == []) == reference, (body, errors_of(name, body))

@@ -28,22 +28,81 @@ class Declared:
 
     def __init__(self, schema: JSON) -> None:
         self.schema = schema
+        # fastjsonschema runs a ``not`` by catching the exception its subschema raises, and
+        # building one cost 8 us: a batch of 100 enqueues spent 0.9 ms of its 1 ms of checks
+        # there. So the verdict's schema leaves them out and ``Nots`` decides them apart.
+        without, self.nots = _split_nots(schema)
         self.fast: Callable[[Any], Any] = fastjsonschema.compile(
-            schema, formats=FORMATS, use_default=False)  # a default is the view's to apply
-        self.explainer = Explainer(schema)
+            without, formats=FORMATS, use_default=False)  # a default is the view's to apply
+        self.explainer = Explainer(schema)  # the whole declaration: its errors as before
         self.to_int = _int_fixer(schema)
 
     def check(self, data: Any, errors: FieldErrors, out_of_range: bool = False) -> Any:
         """``data`` with integral floats under ``integer`` made ints; its errors to ``errors``."""
         skip = self.explainer.out_of_range(data, errors) if out_of_range else set()
-        try:
-            if not skip:
-                self.fast(data)
-                return self.to_int(data) if self.to_int else data
-        except fastjsonschema.JsonSchemaException:
-            pass
-        self.explainer.explain(data, errors, skip)
+        if skip or not self.passes(data):
+            self.explainer.explain(data, errors, skip)
         return self.to_int(data) if self.to_int else data
+
+    def passes(self, data: Any) -> bool:
+        """The verdict alone: True when ``data`` meets the whole declaration."""
+        try:
+            self.fast(data)
+        except fastjsonschema.JsonSchemaException:
+            return False
+        return not any(n.broken(data) for n in self.nots)
+
+
+class Not:
+    """A ``not`` clause of a declaration: where it applies (a path of ``properties`` names
+    and ``items`` steps) and its subschema, compiled."""
+
+    def __init__(self, path: tuple[str | None, ...], schema: JSON) -> None:
+        self.path = path  # a name: that property; None: every item of a list
+        self.required = frozenset(schema.get("required", ()))
+        self.matches: Callable[[Any], Any] = fastjsonschema.compile(schema, formats=FORMATS)
+
+    def broken(self, data: Any) -> bool:
+        """True when some value at the path matches the subschema the clause forbids."""
+        for value in _at(data, self.path):
+            # Without every required name it cannot match: no subschema run, no exception.
+            if self.required and not (type(value) is dict and self.required <= value.keys()):
+                continue
+            try:
+                self.matches(value)
+            except fastjsonschema.JsonSchemaException:
+                continue
+            return True
+        return False
+
+
+def _split_nots(schema: JSON, path: tuple[str | None, ...] = ()) -> tuple[JSON, list[Not]]:
+    """``schema`` without its ``not`` clauses (in properties and items, at any depth), and
+    those clauses."""
+    out, nots = dict(schema), []
+    if "not" in out:
+        nots.append(Not(path, out.pop("not")))
+    if isinstance(out.get("properties"), dict):
+        props = {}
+        for name, sub in out["properties"].items():
+            props[name], inner = _split_nots(sub, (*path, name))
+            nots += inner
+        out["properties"] = props
+    if isinstance(out.get("items"), dict):
+        out["items"], inner = _split_nots(out["items"], (*path, None))
+        nots += inner
+    return out, nots
+
+
+def _at(data: Any, path: tuple[str | None, ...]) -> list[Any]:
+    """The values at ``path`` in ``data`` (see ``Not``); none where the shape differs."""
+    values = [data]
+    for step in path:
+        if step is None:
+            values = [item for v in values if type(v) is list for item in v]
+        else:
+            values = [v[step] for v in values if type(v) is dict and step in v]
+    return values
 
 
 def _int_fixer(schema: JSON) -> Callable[[Any], Any] | None:
