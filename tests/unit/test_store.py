@@ -29,6 +29,19 @@ def test_enqueue_stores_a_pending_job(store, clock):
     assert store.get(job.id) == job.with_attempts(())
 
 
+def test_a_job_built_from_its_row_is_the_one_its_fields_make(store, clock):
+    """Job.from_row sets the fields without __init__: every field, and the same values."""
+    import dataclasses
+    from queuelog.model.jobs import Job
+    job = add_job(store, "email", payload={"n": 1})
+    held = store.claim("w1")
+    done = store.complete(held.id, "w1", held.attempt, '{"ok": true}')
+    for built in (store.get(job.id), held, done):
+        remade = Job(**{f.name: getattr(built, f.name) for f in dataclasses.fields(Job)})
+        assert built == remade and vars(built).keys() == vars(remade).keys()
+    assert done.result == {"ok": True} and done.status is Status.COMPLETED
+
+
 def test_enqueue_with_delay_or_run_at_is_not_due_before_then(store, clock):
     delayed = add_job(store, delay=10)
     scheduled = add_job(store, run_at=clock.now + 20 * US)

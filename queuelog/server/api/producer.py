@@ -1,7 +1,7 @@
 """Producer endpoints: enqueue one job or a batch, and cancel."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from flask import Blueprint, current_app, request, url_for
 
@@ -51,11 +51,12 @@ def enqueue_batch() -> Any:
     # Items are read only when the list itself passed (a list over MAX_BATCH is not walked).
     items = data["jobs"] if not errors.exactly("jobs", "") else []
     who = current_user()
+    config = current_app.config
     news: list[NewJob | None] = []
     first_use: dict[str, int] = {}
     for i, item in enumerate(items):
         prefix = f"jobs[{i}]"
-        news.append(parse_new_job(item, who, prefix, errors) if isinstance(
+        news.append(parse_new_job(item, who, prefix, errors, config=config) if isinstance(
             item, dict) else None)
         key = item.get("idempotency_key") if isinstance(item, dict) else None
         if isinstance(key, str):
@@ -78,22 +79,25 @@ def cancel(job_id: int) -> Any:
 
 
 def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: FieldErrors,
-                  header_key: str | None = None) -> NewJob | None:
+                  header_key: str | None = None,
+                  config: Mapping[str, Any] | None = None) -> NewJob | None:
     """A checked enqueue body as a NewJob; what no schema states goes to ``errors``
-    (payload size per type, 422). The key's limits are ``actions.enqueue``'s (403)."""
-    def at(name: str) -> str:
-        return f"{prefix}.{name}" if prefix else name
-    config = current_app.config
+    (payload size per type, 422). The key's limits are ``actions.enqueue``'s (403).
+    ``config``: the app's, looked up once by a batch for all its items."""
+    config = current_app.config if config is None else config
+    payload_at = f"{prefix}.payload" if prefix else "payload"
     job_type = data.get("type")
     options = config["JOB_TYPES"].get(job_type, {}) if isinstance(job_type, str) else {}
     payload = given(data, "payload", {})
     # errors.at is O(1): a batch of bad items costs its size, not its size squared (bug 8).
-    payload_json = None if errors.at(at("payload")) else compact(payload)
+    payload_json = None if errors and errors.at(payload_at) else compact(payload)
     limit = int(options.get("max_payload_bytes", config["MAX_PAYLOAD_BYTES"]))
-    if payload_json is not None and len(payload_json.encode("utf-8")) > limit:
-        errors.append({"field": at("payload"),
+    # A character is at most 4 bytes: only text that may be over is encoded to measure it.
+    if payload_json is not None and len(payload_json) * 4 > limit \
+            and len(payload_json.encode("utf-8")) > limit:
+        errors.append({"field": payload_at,
                        "detail": f"Larger than {limit} bytes as compact JSON."})
-    if errors.at(prefix):
+    if errors and errors.at(prefix):
         return None  # this item (or the body) is invalid: the request will be a 422
     label = given(data, "priority", "low")
     priority = Priority.from_label(label)
