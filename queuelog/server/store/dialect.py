@@ -137,6 +137,11 @@ class Dialect:
         """An INSERT that skips a row whose key exists (ON CONFLICT DO NOTHING)."""
         raise NotImplementedError
 
+    def close_attempt_rows(self) -> TextClause:
+        """One UPDATE ending many jobs' attempts (finished_at ``:now``, ``:outcome``, no
+        error), where ``closing_attempts`` cannot; its items are ``complete_params``'s."""
+        raise NotImplementedError
+
     def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
         """One INSERT of any number of rows, every new row returned, ids ascending in the
         rows' order; its parameters are ``rows_params(columns, rows)``. One statement
@@ -295,6 +300,10 @@ class SQLiteDialect(Dialect):
     def complete_rows(self) -> TextClause:
         """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
         return _SQLITE_COMPLETE_ROWS
+
+    def close_attempt_rows(self) -> TextClause:
+        """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
+        return _SQLITE_CLOSE_ATTEMPTS
 
     def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
         """``[[id, attempt, result], ...]`` as one JSON text."""
@@ -539,6 +548,11 @@ _SQLITE_COMPLETE_ROWS = text(
     "finished_at = :now, updated_at = :now FROM json_each(:items) AS i "
     "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
     "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr RETURNING *")
+# Their attempts closed in one more statement (each item a primary-key lookup).
+_SQLITE_CLOSE_ATTEMPTS = text(
+    "UPDATE job_attempts SET finished_at = :now, outcome = :outcome, error = NULL "
+    "FROM json_each(:items) AS i "
+    "WHERE job_attempts.job_id = i.value ->> 0 AND job_attempts.attempt = i.value ->> 1")
 # PostgreSQL closes the completed jobs' attempts in the same statement (a CTE).
 _PG_COMPLETE_ROWS = text(
     "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "

@@ -12,8 +12,8 @@ import functools
 import random
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, insert,
-                        literal, select, update)
+from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, literal,
+                        select, update)
 
 from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
                                      WrongState)
@@ -32,6 +32,8 @@ from queuelog.server.store.tables import job_attempts, jobs
 from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions, status_is
 
 LEASE_EXPIRED_ERROR = "lease expired"
+# The columns of a claim's new attempts where the claim cannot open them itself.
+_ATTEMPT_COLUMNS = ("job_id", "attempt", "worker_id", "started_at", "outcome")
 EXPIRE_BATCH = 100  # expired leases taken back per claim, so one claim stays cheap
 PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
 
@@ -90,7 +92,7 @@ class Queue(Enqueue):
     # The statements the job verbs run on every call: compiled once and run on the
     # driver's cursor (prepared.py); purge's pick is still extended per call, as Core.
     HOT = ("_claim_any", "_claim_typed", "_claim_any_b", "_claim_typed_b", "_expired",
-           "_attempt_start", "_attempt_end", "_heartbeat", "_complete",
+           "_attempt_end", "_heartbeat", "_complete",
            "_by_id", "_by_ids")
     HOT_BY_HOLDER = ("_budget", "_retry_later", "_fail_now")
 
@@ -99,6 +101,12 @@ class Queue(Enqueue):
         self.limiter = Limiter(self.engine, self.dialect)
         self._complete_rows = Prepared(self.dialect.complete_rows(), self.engine.dialect)
         self._active_key = Prepared(ACTIVE_KEY, self.engine.dialect)
+        if not self._claim_opens_attempts:  # SQLite: a claim's attempts, then a complete's
+            self._open_attempts = Prepared(
+                self.dialect.insert_rows(job_attempts, _ATTEMPT_COLUMNS), self.engine.dialect)
+        if not self._complete_closes_attempt:
+            self._close_attempts = Prepared(self.dialect.close_attempt_rows(),
+                                            self.engine.dialect)
         sa_dialect = self.engine.dialect
         for name in self.HOT:
             setattr(self, name, Prepared(getattr(self, name), sa_dialect))
@@ -154,9 +162,6 @@ class Queue(Enqueue):
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
                    .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
         self._expired = self.dialect.expired_leases(expired, EXPIRE_BATCH)
-        self._attempt_start = insert(job_attempts).values(
-            job_id=b("jid"), attempt=b("att"), worker_id=b("wkr"),
-            started_at=b("now"), outcome=Outcome.RUNNING.value)
 
     def _build_answers(self, lease_until: Any) -> None:
         """A worker's heartbeat, complete and fail, each fenced by holder and attempt."""
@@ -279,9 +284,10 @@ class Queue(Enqueue):
                 return out, rows
             if len(rows) > 1:  # RETURNING has no order of its own
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
-            if not self._claim_opens_attempts:
-                self._attempt_start.many(conn, [{"jid": r.id, "att": r.attempt,
-                                                    "wkr": worker, "now": now} for r in rows])
+            if not self._claim_opens_attempts:  # one statement for all
+                self._open_attempts.run(conn, self.dialect.rows_params(_ATTEMPT_COLUMNS, [
+                    {"job_id": r.id, "attempt": r.attempt, "worker_id": worker,
+                     "started_at": now, "outcome": Outcome.RUNNING.value} for r in rows]))
             # Last before the commit: on PostgreSQL this locks the types' limiter rows, so
             # claims of one limited type take turns for these statements alone.
             if allow is not None and not claim_policy.settle(
@@ -391,13 +397,14 @@ class Queue(Enqueue):
                 row = rows.get(job_id)
                 if row is not None:
                     done.append(row)
-                    ended.append({"jid": job_id, "att": attempt, "now": now,
-                                  "outcome": Outcome.COMPLETED.value, "error": None})
+                    ended.append((job_id, attempt, None))
                 else:
                     done.append(_refusal(now_rows.get(job_id), job_id, worker, attempt))
             if ended:
-                if not self.dialect.complete_rows_close_attempts:
-                    self._attempt_end.many(conn, ended)
+                if not self.dialect.complete_rows_close_attempts:  # one statement for all
+                    self._close_attempts.run(conn, {"now": now,
+                                                    "outcome": Outcome.COMPLETED.value,
+                                                    **self.dialect.complete_params(ended)})
                 self.on_jobs_written()
                 self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)],
                             told=self.dialect.complete_rows_close_attempts)
