@@ -57,11 +57,17 @@ Index("ix_jobs_status_type_id", jobs.c.status, jobs.c.type, jobs.c.id)
 Index("ix_jobs_type_id", jobs.c.type, jobs.c.id)
 Index("ix_jobs_priority_id", jobs.c.priority, jobs.c.id)
 Index("ix_jobs_producer_id", jobs.c.producer, jobs.c.id)
-Index("ix_jobs_worker_id", jobs.c.worker_id, jobs.c.id)
+# The next three hold only the rows their queries can find (migration 0010): an enqueue
+# writes none of them, a claim only the worker's.
+Index("ix_jobs_worker_id", jobs.c.worker_id, jobs.c.id,
+      sqlite_where=text("worker_id IS NOT NULL"), postgresql_where=text("worker_id IS NOT NULL"))
 # GET /jobs?schedule= and a schedule's last job (GET /schedules): newest first per schedule.
-Index("ix_jobs_schedule_id", jobs.c.schedule, jobs.c.id)
+Index("ix_jobs_schedule_id", jobs.c.schedule, jobs.c.id,
+      sqlite_where=text("schedule IS NOT NULL"), postgresql_where=text("schedule IS NOT NULL"))
 # Retention deletes the oldest finished jobs first, in batches.
-Index("ix_jobs_status_finished", jobs.c.status, jobs.c.finished_at)
+Index("ix_jobs_status_finished", jobs.c.status, jobs.c.finished_at,
+      sqlite_where=text("finished_at IS NOT NULL"),
+      postgresql_where=text("finished_at IS NOT NULL"))
 # The oldest due pending job of a type (GET /types, queue age): one seek per type.
 Index("ix_jobs_pending_type_run", jobs.c.type, jobs.c.run_at,
       sqlite_where=text("status = 'pending'"), postgresql_where=text("status = 'pending'"))
