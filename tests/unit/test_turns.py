@@ -132,3 +132,48 @@ def test_the_write_that_comes_due_does_not_wait_for_the_checkpoint(tmp_path: Pat
     finally:
         release.set()
         store.close()
+
+
+def test_writers_waiting_together_share_one_commit(tmp_path: Path):
+    """Group commit: a writer waiting while another writes joins its transaction (one
+    commit, one fsync); each write is still undone alone when it fails."""
+    store = Store(f"sqlite:///{tmp_path}/group.db", sqlite_synchronous="NORMAL")
+    store.create_schema()
+    commits: list[int] = []
+    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    turns = store._write
+    inside, go = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with turns.begin() as conn:
+            conn.execute(jobs.insert().values(type="email", payload="{}", priority=0,
+                                              status="pending", attempt=0, retry_count=0,
+                                              max_retries=3, producer="a", run_at=0,
+                                              created_at=0, updated_at=0))
+            inside.set()
+            go.wait(10)
+
+    def failing() -> None:
+        try:
+            with turns.begin() as conn:
+                conn.execute(jobs.insert().values(type="email", payload="{}", priority=0,
+                                                  status="pending", attempt=0, retry_count=0,
+                                                  max_retries=3, producer="b", run_at=0,
+                                                  created_at=0, updated_at=0))
+                raise RuntimeError("refused")
+        except RuntimeError:
+            pass
+
+    a = threading.Thread(target=first)
+    a.start()
+    assert inside.wait(10)
+    b = threading.Thread(target=failing)
+    b.start()
+    until(lambda: turns._waiting == 1)
+    go.set()
+    a.join(10)
+    b.join(10)
+    with store.engine.connect() as conn:
+        producers = [r[0] for r in conn.execute(select(jobs.c.producer))]
+    assert producers == ["a"] and len(commits) == 1
+    store.close()

@@ -36,19 +36,44 @@ LOCK_FILE = "write.lock"
 # fsyncs (measured here: 100-200 ms stalls); connections turn it off (dialect.py) and a
 # thread checkpoints after every CHECKPOINT_EVERY turns of its process, out of every turn.
 CHECKPOINT_EVERY = 200
+# Writers sharing one commit at most (group commit, ``WriteTurns``): bounds how long the
+# first of a burst waits for the others' statements.
+GROUP_MAX = 32
+
+
+class _Group:
+    """One SQLite transaction that the writers of a burst share (see ``WriteTurns``)."""
+
+    def __init__(self, conn: Connection, fd: int | None) -> None:
+        self.conn, self.fd = conn, fd
+        self.transaction = conn.begin()  # BEGIN IMMEDIATE (dialect.py): the write lock
+        self.members = 0
+        self.done = threading.Event()
+        self.error: BaseException | None = None
 
 
 class WriteTurns:
-    """An engine's ``begin()`` for writers, taken in turns (see the module docstring)."""
+    """An engine's ``begin()`` for writers, taken in turns (see the module docstring).
+
+    Group commit: a writer whose turn ends while others of its process wait for theirs
+    leaves the transaction open, and the next writes in it, each in a SAVEPOINT of its
+    own (a write that fails undoes itself alone); the last of the burst (or the
+    ``GROUP_MAX``-th) commits, with one fsync for all. Every writer returns only once
+    that commit is done, so no answer is given before its write is durable; a failed
+    commit fails every writer of the group.
+    """
 
     def __init__(self, engine: Engine, folder: str | None) -> None:
         self.engine = engine
         self.path = None if folder is None else os.path.join(folder, LOCK_FILE)
-        self._mutex = threading.RLock()  # re-entrant: a nested begin waits on SQLite alone
-        self._depth = 0                  # turns this process holds (nested begins)
+        self._mutex = threading.Lock()
+        self._owner: int | None = None   # the thread whose write is running now
+        self._waiting = 0                # writers of this process waiting for their turn
+        self._count = threading.Lock()   # guards _waiting
+        self._group: _Group | None = None
         self._fd: int | None = None
         self._pid = 0
-        self._commits = 0                # this process's write turns, for the checkpoints
+        self._commits = 0                # this process's commits, for the checkpoints
         self._checkpointing = threading.Lock()
 
     @property
@@ -59,23 +84,74 @@ class WriteTurns:
     @contextlib.contextmanager
     def begin(self) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE ... COMMIT) in this process's turn."""
-        with self._mutex:
-            first = self._depth == 0
-            fd = self._lock_file() if first else None
-            if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            self._depth += 1
+        if self._owner == threading.get_ident():
+            # Nested in this thread's own write: a transaction of its own, which waits on
+            # SQLite alone (as it did before turns).
+            with self.engine.begin() as conn:
+                yield conn
+            return
+        with self._count:
+            self._waiting += 1
+        self._mutex.acquire()
+        with self._count:
+            self._waiting -= 1
+        self._owner = threading.get_ident()
+        group = None
+        try:
+            group = self._group or self._open()
+            group.members += 1
+            savepoint = group.conn.begin_nested()
+            # What a write notes on its connection for the commit (a wake-up: dialect.py)
+            # is undone with it.
+            noted = dict(group.conn.info)
             try:
-                with self.engine.begin() as conn:
-                    yield conn
-            finally:
-                self._depth -= 1
-                if fd is not None:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-            self._commits += 1
-        if first and self._commits % CHECKPOINT_EVERY == 0 \
-                and self._checkpointing.acquire(blocking=False):
-            # In a thread of its own: the request whose commit came due is answered now,
+                yield group.conn
+            except BaseException:
+                _undo(group, savepoint)
+                group.conn.info.clear()
+                group.conn.info.update(noted)
+                raise
+            savepoint.commit()
+        finally:
+            self._owner = None
+            if group is not None and (group.error is not None or group.members >= GROUP_MAX
+                                      or self._waiting == 0):
+                self._close(group)
+            self._mutex.release()
+        group.done.wait()  # outside the turn: the next writer may join the group meanwhile
+        if group.error is not None:
+            raise group.error
+
+    def _open(self) -> _Group:
+        """A new group: the file lock between processes, then BEGIN IMMEDIATE."""
+        fd = self._lock_file()
+        if fd is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            self._group = _Group(self.engine.connect(), fd)
+        except BaseException:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            raise
+        return self._group
+
+    def _close(self, group: _Group) -> None:
+        """Commit the group (or roll back a broken one), free the lock, tell its writers."""
+        self._group = None
+        try:
+            if group.error is None:
+                group.transaction.commit()
+        except BaseException as e:  # noqa: BLE001 - every writer of the group raises it
+            group.error = e
+        finally:
+            group.conn.close()  # back to the pool; a transaction left open is rolled back
+            if group.fd is not None:
+                fcntl.flock(group.fd, fcntl.LOCK_UN)
+            group.done.set()
+        self._commits += 1
+        if self._commits % CHECKPOINT_EVERY == 0 and self._checkpointing.acquire(
+                blocking=False):
+            # In a thread of its own: the writers whose commit came due are answered now,
             # not after the copy and its fsync (in it, they were a 40-sample bench's p99).
             threading.Thread(target=self._checkpoint, daemon=True,
                              name="queuelog-checkpoint").start()
@@ -102,3 +178,15 @@ class WriteTurns:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self._pid = os.getpid()
         return self._fd
+
+
+def _undo(group: _Group, savepoint: Any) -> None:
+    """Roll back one writer's savepoint; if SQLite ended the whole transaction (an I/O
+    error rolls it back), the group is broken: every writer of it fails."""
+    try:
+        savepoint.rollback()
+    except BaseException as e:  # noqa: BLE001 - told to the group's writers at its close
+        group.error = e
+        return
+    if not group.transaction.is_active:
+        group.error = RuntimeError("the shared write transaction ended with an error")
