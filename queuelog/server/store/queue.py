@@ -71,6 +71,9 @@ class Queue(Enqueue):
         # Types with a concurrency limit in force, as this process's last claim saw them.
         self.slot_types = frozenset(t for t, lim in self.configured_limits.items()
                                     if lim.concurrency)
+        # Types with any limit in force, as this process's last claim saw them.
+        self.limited_types = frozenset(t for t, lim in self.configured_limits.items()
+                                       if lim.any)
         # Told the type of each job whose lease a claim took back (the metrics count them).
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         # Told when a call created or finished jobs (retention purges after such requests).
@@ -249,7 +252,10 @@ class Queue(Enqueue):
                        locked: bool) -> tuple[Claimed, list[Any]]:
         """One claim transaction (``claim_many``); raises _Overrun, rolled back, where it
         would overrun a limit (claim_policy.settle)."""
-        if not locked and self._claims_alone:
+        # A type the last reading found limited goes the transaction's way at once: the
+        # one-statement claim would read, decline, and leave the reads to do again.
+        if not locked and self._claims_alone and not (
+                self.limited_types if types is None else self.limited_types & set(types)):
             alone = self._claim_alone(worker, max_jobs, lease_seconds, types, key)
             if alone is not None:
                 return alone
@@ -258,19 +264,14 @@ class Queue(Enqueue):
             out = Claimed()
             expired, first, still = self._first_reads(conn, now, key)
             if not still:
-                out.revoked = True
-                return out, []
+                return _revoked(), []
             if expired:
                 self._expire_leases(conn, now, expired)
-            params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
-                                      "lease_us": _us_or_none(lease_seconds)}
-            if types is not None:
-                params["types"] = list(types)
+            params = _claim_params(now, worker, max_jobs, lease_seconds, types)
             allow, limits = claim_policy.allowance(
                 conn, self.limiter, self.configured_limits, types, now, locked=locked,
                 first=None if expired else first)
-            # Remembered for the answers: a complete or fail of these types frees a slot.
-            self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
+            self._remember(limits)
             if allow is None:
                 rows = (self._claim_any if types is None else self._claim_typed).rows(conn,
                                                                                       params)
@@ -295,6 +296,13 @@ class Queue(Enqueue):
                 raise _Overrun
         return out, rows
 
+    def _remember(self, limits: Mapping[str, Limits]) -> None:
+        """What a claim's reading found in force, for the next calls of this process: the
+        types whose complete or fail frees a slot, and those a claim takes in a
+        transaction."""
+        self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
+        self.limited_types = frozenset(t for t, lim in limits.items() if lim.any)
+
     def _first_reads(self, conn: Connection, now: int, key: str | None,
                      ) -> tuple[list[Any], list[Any], bool]:
         """A claim's first reads, together (PostgreSQL: one round trip, with the BEGIN if
@@ -317,18 +325,13 @@ class Queue(Enqueue):
             now = self.clock()
             expired, first, still = self._first_reads(conn, now, key)
             if not still:
-                out = Claimed()
-                out.revoked = True
-                return out, []
+                return _revoked(), []
             everywhere, limited = claim_policy.limited_types(self.configured_limits, types,
                                                              first)
+            self._remember(everywhere)
             if expired or limited:
                 return None
-            self.slot_types = frozenset(t for t, lim in everywhere.items() if lim.concurrency)
-            params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
-                                      "lease_us": _us_or_none(lease_seconds)}
-            if types is not None:
-                params["types"] = list(types)
+            params = _claim_params(now, worker, max_jobs, lease_seconds, types)
             rows = (self._claim_any if types is None else self._claim_typed).rows(conn, params)
         if len(rows) > 1:  # RETURNING has no order of its own
             rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
@@ -601,6 +604,23 @@ def _or_raise(got: Job | QueuelogError) -> Job:
     if isinstance(got, QueuelogError):
         raise got
     return got
+
+
+def _claim_params(now: int, worker: str, max_jobs: int, lease_seconds: float | None,
+                  types: Sequence[str] | None) -> dict[str, Any]:
+    """The claim statements' parameters."""
+    params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
+                              "lease_us": _us_or_none(lease_seconds)}
+    if types is not None:
+        params["types"] = list(types)
+    return params
+
+
+def _revoked() -> Claimed:
+    """A claim's answer when its key is no longer active: nothing."""
+    out = Claimed()
+    out.revoked = True
+    return out
 
 
 def _us_or_none(seconds: float | None) -> int | None:
