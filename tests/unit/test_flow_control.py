@@ -163,6 +163,28 @@ def test_a_claim_that_would_overrun_meanwhile_rolls_back_and_claims_under_the_lo
     assert store.claim("w3", types=[kind]) is None
 
 
+def test_the_check_trusts_a_count_only_under_a_lock_it_took() -> None:
+    """PostgreSQL's check locks the limiter rows, then counts. A row the lock did not
+    return (made by a claim not yet committed when the lock read) was not locked: the
+    count then waited for that row and is of a snapshot from before the wait, so it may
+    miss claims committed meanwhile (seen: 4 running against a concurrency of 3). The
+    claim must go the locked way instead."""
+    import types
+
+    from queuelog.model.limits import Limits
+    from queuelog.server.store import claim_policy
+
+    class Unlocked:  # the lock read no row; the spend found one and counted 3
+        dialect = types.SimpleNamespace(writes_lock_reads=False)
+
+        def lock_spend_count(self, *args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            return {}, {"pdf": types.SimpleNamespace(tokens=None, running=3)}
+
+    allow = claim_policy.Allowance({"pdf": 2}, {}, None, {"pdf": Limits(concurrency=3)})
+    got = [types.SimpleNamespace(type="pdf")]
+    assert claim_policy.settle(None, Unlocked(), {}, allow, got, 0) is False  # type: ignore[arg-type]
+
+
 def test_a_whole_token_refilled_is_claimed_on_both_sides_of_the_check(
         store: Store, clock: Any) -> None:
     """The reading refills the bucket in Python, PostgreSQL's check in SQL: at the instant

@@ -152,8 +152,8 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
     its running jobs; begun after the lock, it sees every claim committed before, and our
     own (so the count may reach the concurrency, not pass it). What it wrote is checked
     after: an overrun, or a limit changed since the reading, rolls it back with the rest.
-    A type whose limiter row is not made yet goes the locked way (``allowance(locked=True)``
-    makes it).
+    A type whose limiter row the lock did not return goes the locked way
+    (``allowance(locked=True)`` makes it, or waits for the claim making it).
     """
     taken: dict[str, int] = {}
     for r in got:
@@ -166,7 +166,10 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
                                   if t in allow.tokens})
         return True
     rows, spent = limiter.lock_spend_count(conn, taken, allow.limits, now)
-    if len(spent) < len(taken):  # a limiter row not made yet
+    if len(rows) < len(taken) or len(spent) < len(taken):
+        # A row the lock did not return (made by a claim not committed when the lock
+        # read): the spend may then have waited for that row's lock, and its count is of
+        # the snapshot from before the wait, missing what committed meanwhile.
         return False
     fresh = in_force({t: configured.get(t, NONE) for t in taken}, list(rows.values()))
     for t, (tokens, running) in spent.items():
