@@ -172,7 +172,10 @@ def main() -> None:
         getattr(calls, kind)(n)
         prof.disable()
         out = io.StringIO()
-        pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime")).print_stats(int(os.environ.get("TOP", "25")))
+        st = pstats.Stats(prof, stream=out).sort_stats(os.environ.get("SORT", "tottime"))
+        st.print_stats(int(os.environ.get("TOP", "25")))
+        if os.environ.get("CALLERS"):
+            st.print_callers(os.environ["CALLERS"])
         print(out.getvalue())
 
 

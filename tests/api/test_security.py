@@ -377,12 +377,13 @@ def test_v08_sql_looking_input_is_data(client, producer, admin, store):
 _TRUSTED = {"synchronous"}
 # Reviewed one by one: formats that splice only static SQL fragments chosen in the code.
 # The SQLite claim text: ``typed`` and ``policy`` are SQL of the store's own, never a value.
-# The many-row INSERTs: table and column names from tables.py, each value a parameter.
+# The many-row INSERTs: table and column names and types from tables.py, each value in
+# one JSON parameter.
 _REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(typed=typed, policy=policy_sql))"),
              ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
                             "columns=', '.join(columns), picks=picks))"),
              ("dialect.py", "text(_PG_INSERT_ROWS.format(table=table.name, "
-                            "columns=', '.join(columns), arrays=arrays))")}
+                            "columns=', '.join(columns), picks=picks))")}
 
 
 def _trusted(arg: ast.expr) -> bool:

@@ -150,8 +150,10 @@ class Dialect:
 
     def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
                     ) -> dict[str, Any]:
-        """The parameters of ``insert_rows`` for these rows."""
-        raise NotImplementedError
+        """The parameters of ``insert_rows`` for these rows: one JSON text,
+        ``[[v1, v2, ...], ...]``, which the database reads in C (a list per column made
+        psycopg dump 13 arrays in Python: a fifth of a batch enqueue's CPU)."""
+        return {"rows": jsontext.dumps([[row[c] for c in columns] for row in rows])}
 
     def complete_rows(self) -> TextClause:
         """One UPDATE completing many held jobs, each fenced on its own (running, this
@@ -160,8 +162,9 @@ class Dialect:
         raise NotImplementedError
 
     def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
-        """The items' parameters for ``complete_rows``: (id, attempt, result JSON) each."""
-        raise NotImplementedError
+        """The items' parameters for ``complete_rows``, (id, attempt, result JSON) each:
+        ``[[id, attempt, result], ...]`` as one JSON text."""
+        return {"items": jsontext.dumps([list(item) for item in items])}
 
     # -- wake-ups: "a job may have become claimable", to every process ------------------
     def notify(self, conn: Any, *, told: bool = False) -> None:
@@ -292,11 +295,6 @@ class SQLiteDialect(Dialect):
         return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
                                                picks=picks))
 
-    def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
-                    ) -> dict[str, Any]:
-        """One JSON text: ``[[v1, v2, ...], ...]``."""
-        return {"rows": jsontext.dumps([[row[c] for c in columns] for row in rows])}
-
     def complete_rows(self) -> TextClause:
         """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
         return _SQLITE_COMPLETE_ROWS
@@ -304,10 +302,6 @@ class SQLiteDialect(Dialect):
     def close_attempt_rows(self) -> TextClause:
         """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
         return _SQLITE_CLOSE_ATTEMPTS
-
-    def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
-        """``[[id, attempt, result], ...]`` as one JSON text."""
-        return {"items": jsontext.dumps([list(item) for item in items])}
 
     def _after_commit(self, engine: Engine) -> None:
         """One datagram to every other process's socket beside the database file."""
@@ -450,26 +444,17 @@ class PostgresDialect(Dialect):
         return postgresql_dialect.insert(table).on_conflict_do_nothing()
 
     def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
-        """One array per column, zipped by ``unnest`` and inserted in their order."""
+        """The rows as one JSON array of arrays, read by ``json_array_elements`` in array
+        order, each value cast to its column's type."""
         pg = postgresql_dialect.dialect()
-        arrays = ", ".join(f"CAST(:{c} AS {table.c[c].type.compile(dialect=pg)}[])"
-                           for c in columns)
+        picks = ", ".join(f"CAST(r.v ->> {i} AS {table.c[c].type.compile(dialect=pg)})"
+                          for i, c in enumerate(columns))
         return text(_PG_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
-                                           arrays=arrays))
-
-    def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
-                    ) -> dict[str, Any]:
-        """A list per column (psycopg sends each as an array)."""
-        return {c: [row[c] for row in rows] for c in columns}
+                                           picks=picks))
 
     def complete_rows(self) -> TextClause:
-        """Three arrays zipped by ``unnest``, joined by ``UPDATE ... FROM``."""
+        """The items as one JSON array, joined by ``UPDATE ... FROM json_array_elements``."""
         return _PG_COMPLETE_ROWS
-
-    def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:
-        """One array per field."""
-        return {"ids": [i[0] for i in items], "atts": [i[1] for i in items],
-                "res": [i[2] for i in items]}
 
     def _notify_others(self, conn: Any) -> None:
         """pg_notify in the transaction: delivered to every LISTEN at commit, or never."""
@@ -538,8 +523,9 @@ class PostgresDialect(Dialect):
 # own (tables.py), every value a bound parameter.
 _SQLITE_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM json_each(:rows) "
                        "ORDER BY key RETURNING *")
-_PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {columns} FROM unnest({arrays}) "
-                   "WITH ORDINALITY AS r({columns}, ord) ORDER BY ord RETURNING *")
+_PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} "
+                   "FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS r(v, ord) "
+                   "ORDER BY ord RETURNING *")
 # complete_many in one statement: the items joined to their rows, each row fenced alone.
 # SQLite: ``+`` keeps the planner off the status and worker indexes (it would walk every
 # running job for each item); the walk is the items, each a rowid lookup.
@@ -557,8 +543,9 @@ _SQLITE_CLOSE_ATTEMPTS = text(
 _PG_COMPLETE_ROWS = text(
     "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
     "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
-    "FROM unnest(CAST(:ids AS BIGINT[]), CAST(:atts AS INTEGER[]), CAST(:res AS TEXT[])) "
-    "AS v(id, att, res) WHERE jobs.id = v.id AND jobs.status = 'running' "
+    "FROM (SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att, "
+    "i ->> 2 AS res FROM json_array_elements(CAST(:items AS json)) AS e(i)) AS v "
+    "WHERE jobs.id = v.id AND jobs.status = 'running' "
     "AND jobs.attempt = v.att AND jobs.worker_id = :wkr RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
