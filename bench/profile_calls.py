@@ -3,6 +3,8 @@
     python bench/profile_calls.py                    # SQLite file in a temp dir
     python bench/profile_calls.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/queuelog_bench
     python bench/profile_calls.py --profile claim    # plus the cProfile top of one call kind
+    SORT=cumulative TOP=40 CALLERS='_dump_list|search' python bench/profile_calls.py --profile enqueue_batch
+                                                     # sorted, longer, and who called these
     valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/cg.%p \
         python bench/profile_calls.py --callgrind --rounds 1 --single 20 --batches 2
 
