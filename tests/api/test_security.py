@@ -382,7 +382,7 @@ _TRUSTED = {"synchronous"}
 _REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(typed=typed, policy=policy_sql))"),
              ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
                             "columns=', '.join(columns), picks=picks))"),
-             ("dialect.py", "text(_PG_INSERT_ROWS.format(table=table.name, "
+             ("dialect.py", "text(template.format(table=table.name, "
                             "columns=', '.join(columns), picks=picks))")}
 
 

@@ -46,6 +46,25 @@ def test_a_batch_is_one_insert_answered_in_request_order(store):
     assert sum(s.lstrip().upper().startswith("INSERT INTO JOBS") for s in sent) == 1
 
 
+def test_a_batch_without_keys_is_its_insert_alone(store):
+    """No key to look up: the batch is one statement, its wake-up in it (PostgreSQL: a
+    pg_notify in its RETURNING, in autocommit; no SELECT pg_notify of its own)."""
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if not statement.lstrip().upper().startswith(("BEGIN", "COMMIT", "SAVEPOINT",
+                                                       "RELEASE")):
+            sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        got, _ = store.enqueue_many([NewJob("p", "email", "{}", 0, 3) for _ in range(3)])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    assert len(got) == 3
+    assert len(sent) == 1 and sent[0].lstrip().upper().startswith("INSERT INTO JOBS"), sent
+
+
 def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
     store.enqueue(NewJob("p", "email", "{}", 0, 3, idempotency_key="k", request_hash="h"))
     with pytest.raises(IntegrityError):  # what enqueue's race handling catches

@@ -142,10 +142,13 @@ class Dialect:
         error), where ``closing_attempts`` cannot; its items are ``complete_params``'s."""
         raise NotImplementedError
 
-    def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
+    def insert_rows(self, table: Any, columns: Sequence[str], *,
+                    notifying: bool = False) -> TextClause:
         """One INSERT of any number of rows, every new row returned, ids ascending in the
         rows' order; its parameters are ``rows_params(columns, rows)``. One statement
-        and one shape for any count (no statement per row, none compiled per count)."""
+        and one shape for any count (no statement per row, none compiled per count).
+        ``notifying``: as ``notifying`` makes a statement (run it, then ``notify(conn,
+        told=True)``)."""
         raise NotImplementedError
 
     def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
@@ -289,8 +292,10 @@ class SQLiteDialect(Dialect):
         """SQLite's INSERT ... ON CONFLICT DO NOTHING."""
         return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
-    def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
-        """The rows as one JSON array of arrays, read by ``json_each`` in array order."""
+    def insert_rows(self, table: Any, columns: Sequence[str], *,
+                    notifying: bool = False) -> TextClause:
+        """The rows as one JSON array of arrays, read by ``json_each`` in array order
+        (``notifying``: nothing to add; SQLite's processes are told after the commit)."""
         picks = ", ".join(f"value ->> {i}" for i in range(len(columns)))
         return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
                                                picks=picks))
@@ -443,14 +448,18 @@ class PostgresDialect(Dialect):
         """PostgreSQL's INSERT ... ON CONFLICT DO NOTHING."""
         return postgresql_dialect.insert(table).on_conflict_do_nothing()
 
-    def insert_rows(self, table: Any, columns: Sequence[str]) -> TextClause:
+    def insert_rows(self, table: Any, columns: Sequence[str], *,
+                    notifying: bool = False) -> TextClause:
         """The rows as one JSON array of arrays, read by ``json_array_elements`` in array
-        order, each value cast to its column's type."""
+        order, each value cast to its column's type; ``notifying``: pg_notify in the
+        RETURNING, as ``notifying`` does."""
         pg = postgresql_dialect.dialect()
         picks = ", ".join(f"CAST(r.v ->> {i} AS {table.c[c].type.compile(dialect=pg)})"
                           for i, c in enumerate(columns))
-        return text(_PG_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
-                                           picks=picks))
+        template = _PG_INSERT_ROWS_NOTIFYING if notifying else _PG_INSERT_ROWS
+        statement = text(template.format(table=table.name, columns=", ".join(columns),
+                                         picks=picks))
+        return statement.bindparams(channel=listen.CHANNEL) if notifying else statement
 
     def complete_rows(self) -> TextClause:
         """The items as one JSON array, joined by ``UPDATE ... FROM json_array_elements``."""
@@ -526,6 +535,8 @@ _SQLITE_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM json
 _PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} "
                    "FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS r(v, ord) "
                    "ORDER BY ord RETURNING *")
+# pg_notify added to its RETURNING: told to every LISTEN at commit, once however many rows.
+_PG_INSERT_ROWS_NOTIFYING = _PG_INSERT_ROWS + ", pg_notify(:channel, '') AS notified"
 # complete_many in one statement: the items joined to their rows, each row fenced alone.
 # SQLite: ``+`` keeps the planner off the status and worker indexes (it would walk every
 # running job for each item); the walk is the items, each a rowid lookup.

@@ -61,8 +61,8 @@ class Enqueue:
         # A batch's rows in one statement of one shape, whatever its size. (SQLAlchemy's
         # executemany with RETURNING in parameter order ran a statement per row on SQLite:
         # measured, half of a 100-job batch's time.)
-        self._insert_rows = Prepared(self.dialect.insert_rows(jobs, _NEW_COLUMNS),
-                                     sa_dialect)
+        self._insert_rows = Prepared(self.dialect.insert_rows(jobs, _NEW_COLUMNS,
+                                                              notifying=True), sa_dialect)
 
     def _insert_many(self, conn: Connection, values: list[dict[str, Any]]) -> list[Any]:
         """Insert the rows in one statement; the new rows in the order given (RETURNING
@@ -109,6 +109,10 @@ class Enqueue:
         if not news:
             return [], []
         keys = [n.idempotency_key for n in news if n.idempotency_key is not None]
+        if not keys:  # one INSERT (its wake-up in it): whole by itself
+            with self.dialect.one_statement(self._write) as conn:
+                rows, _ = self._enqueue_many(conn, news, keys)
+            return [Job.from_row(r._mapping) for r in rows], []
         for _ in range(5):
             try:
                 with self._write.begin() as conn:
@@ -116,10 +120,9 @@ class Enqueue:
                 # Built after the commit: the write lock is held for the SQL alone.
                 return [Job.from_row(r._mapping) for r in rows if r is not None], replayed
             except IntegrityError:
-                if not keys:
-                    raise
                 # A racing batch (or POST /jobs) committed one of these keys first: the
                 # whole transaction rolled back, and the next round replays its row.
+                continue
         raise Conflict("Could not settle the idempotency keys; try again.")
 
     def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
@@ -150,7 +153,7 @@ class Enqueue:
             rows = self._insert_many(conn, [self._values(news[i], now) for i in fresh])
             for i, row in zip(fresh, rows):
                 out[i] = row
-            self.dialect.notify(conn)  # one wake-up for the whole batch
+            self.dialect.notify(conn, told=True)  # one wake-up for the whole batch
             self.on_jobs_written()
         return out, replayed
 
