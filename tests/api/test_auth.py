@@ -144,3 +144,19 @@ def test_a_key_revoked_elsewhere_stops_at_once_here(client, store, db_url):
     finally:
         other.close()
     assert client.post("/jobs/claim", headers=headers).status_code == 401
+
+
+def test_an_unknown_user_costs_what_a_known_one_does(client: Any, make_user: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A name that is no user is still checked against a slow hash, of the method and cost
+    a person's password gets (hash_password), so the answer's time does not tell names
+    apart. (Other tests make that dummy hash cheap; this one keeps it.)"""
+    from queuelog.server import auth
+    checked: list[str] = []
+    real = auth.check_password_hash
+    monkeypatch.setattr(auth, "check_password_hash",
+                        lambda h, p: checked.append(h) or real(h, p))
+    assert client.get("/jobs", headers=basic("nobody-at-all", "guess")).status_code == 401
+    method = auth.hash_password("x").split("$", 1)[0]
+    assert [h.split("$", 1)[0] for h in checked] == [method]
+    assert method.startswith("scrypt:")  # werkzeug's slow default, not the tests' quick one

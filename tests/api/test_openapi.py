@@ -73,7 +73,7 @@ def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend:
     seed(store)
     # The ignored_auth check's made-up Basic credentials name no user, so each is checked
     # against the timing-equalizing dummy hash: scrypt, 0.12 s apiece, 164 of them on SQLite
-    # (20 s, most of this run). The equalizer has its own tests; here it may be cheap.
+    # (20 s, most of this run). test_auth checks the real one; here it may be cheap.
     monkeypatch.setattr(auth, "_dummy_hash", lambda: quick_hash("queuelog-timing-equalizer"))
     # schemathesis's ignored_auth check sends the same made-up Basic credentials again and
     # again; after 10 the sign-in throttle (contract) answers 429, which that check does not
