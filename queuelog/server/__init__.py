@@ -28,7 +28,7 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     from flask import Flask
     app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
     _configure(app, test_config)
-    _install(app)
+    _install(app, serving=serving)
     if serving:
         bootstrap_admin(app)
         warm_up(app)
@@ -53,8 +53,10 @@ def _configure(app: Flask, test_config: dict[str, Any] | None) -> None:
         app.wsgi_app = ProxyFix(app.wsgi_app, x_for=count, x_proto=count)  # type: ignore
 
 
-def _install(app: Flask) -> None:
-    """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands."""
+def _install(app: Flask, *, serving: bool) -> None:
+    """Errors, store, metrics, auth and long polls; then the routes, dashboard, commands.
+    A server waits for a database that is restarting; a command says at once that it does
+    not answer."""
     from queuelog.server import (auth, commands, errors, jsonout, longpoll, metrics,
                                  retention, schedules, store, ui, wakeups)
     from queuelog.server.api import admin, audit, producer, read, types, worker, workers
@@ -62,7 +64,9 @@ def _install(app: Flask) -> None:
     from queuelog.server.requests.parse import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     jsonout.init_app(app)
-    for part in (errors, store, metrics, auth, longpoll, wakeups):
+    errors.init_app(app)
+    store.init_app(app, waiting=serving)
+    for part in (metrics, auth, longpoll, wakeups):
         part.init_app(app)
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp,
                       workers.bp, schedules_api.bp):

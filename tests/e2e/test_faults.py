@@ -421,6 +421,27 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
     assert "Traceback" not in log
 
 
+@PG_ONLY
+def test_a_server_starting_while_postgresql_restarts_waits_for_it(db_url, proxy):
+    """A server (a gunicorn worker booting, or re-booting after a crash) whose database is
+    down for a moment waits for it: giving up would make gunicorn stop every worker ("Worker
+    failed to boot"; seen under load while connections were cut). A command still says at
+    once that the database does not answer (test_config)."""
+    from queuelog import create_app
+    proxy.refusing = True  # every connection accepted and closed at once
+    back = threading.Timer(1.0, lambda: setattr(proxy, "refusing", False))
+    back.start()
+    started = time.monotonic()
+    app = create_app({"TESTING": True, "DATABASE_URL": _through(db_url, proxy),
+                      "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
+    try:
+        assert time.monotonic() - started >= 1.0
+        assert app.test_client().get("/healthz").status_code == 200
+    finally:
+        back.cancel()
+        app.extensions["queuelog.store"].close()
+
+
 # -- the command line -----------------------------------------------------------------------
 def _cli(tmp_path: Any, db_url: str, *args: str) -> Any:
     from click.testing import CliRunner

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import time
 import weakref
 from typing import Any, Mapping
 
@@ -75,8 +76,10 @@ def _forget_pool(ref: "weakref.ReferenceType[Any]") -> None:
         engine.dispose(close=False)  # a fresh pool; the parent keeps using its connections
 
 
-def init_app(app: Flask) -> Store:
-    """Create the app's store from its config and create the schema."""
+def init_app(app: Flask, *, waiting: bool = False) -> Store:
+    """Create the app's store from its config and create the schema; ``waiting`` (a
+    server starting): a database that does not answer is tried again for the dialect's
+    ``boot_wait_seconds`` (PostgreSQL restarting) before that stops the start."""
     url = app.config["DATABASE_URL"]
     try:
         store = Store(url, sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
@@ -91,15 +94,27 @@ def init_app(app: Flask) -> Store:
                                    for name, opts in app.config["JOB_TYPES"].items()})
     except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
         raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
-    try:
-        if upgrade_on_start():
-            store.create_schema()
-        else:
-            store.ping()  # ``queuelog db``: the command reads or upgrades the schema itself
-    except OperationalError as exc:
-        store.close()
-        raise ConfigError(f"DATABASE_URL {_shown(url)}: the database does not answer: "
-                          f"{str(exc.orig).strip()}") from exc
+    deadline = time.monotonic() + (store.dialect.boot_wait_seconds if waiting else 0.0)
+    pause = 0.1
+    while True:
+        try:
+            if upgrade_on_start():
+                store.create_schema()
+            else:
+                store.ping()  # ``queuelog db``: the command reads or upgrades the schema
+            break
+        except OperationalError as exc:
+            answer = str(exc.orig).strip()
+            if time.monotonic() + pause > deadline:
+                store.close()
+                raise ConfigError(f"DATABASE_URL {_shown(url)}: the database does not "
+                                  f"answer: {answer}") from exc
+            # A gunicorn worker (re)booting while the database restarts: exiting would make
+            # gunicorn stop every worker ("Worker failed to boot"), so wait for it instead.
+            app.logger.warning("DATABASE_URL %s: the database does not answer (%s); trying "
+                               "again in %.1f s", _shown(url), answer.splitlines()[0], pause)
+            time.sleep(pause)
+            pause = min(2 * pause, 2.0)
     app.extensions["queuelog.store"] = store
     return store
 

@@ -58,6 +58,8 @@ class Dialect:
     # claim that opens its attempts itself, a complete that closes it) saves its BEGIN
     # and COMMIT by running there (PostgreSQL); else it is a transaction like any other.
     autocommits: bool = False
+    # How long a starting server tries again a database that does not answer (store.init_app).
+    boot_wait_seconds: float = 0.0
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """A pooled engine for ``url``, set up for this database."""
@@ -398,6 +400,7 @@ class PostgresDialect(Dialect):
         "see the README, 'Backups and restore'.")
 
     autocommits = True
+    boot_wait_seconds = 30.0  # a restart or a failover; SQLite's file does not come back
 
     def one_statement(self, write: Any) -> Any:
         """In autocommit: the statement is its own transaction, without a BEGIN and a COMMIT
