@@ -37,6 +37,14 @@ def quick_hash(password: str) -> str:
     return generate_password_hash(password, "pbkdf2:sha256:1000")
 
 
+def cheap_dummy_hash(monkeypatch: Any) -> None:
+    """Check names that are no user against a cheap dummy hash: the server's is scrypt
+    (0.12-0.3 s apiece), which tests sending many made-up names spend most of their time
+    in. tests/api/test_auth.py keeps the real one and checks it."""
+    from queuelog.server import auth
+    monkeypatch.setattr(auth, "_dummy_hash", lambda: quick_hash("queuelog-timing-equalizer"))
+
+
 def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:
     """Create a user with a cheap hash; return its Basic Authorization header."""
     store.accounts.create_user(username, quick_hash(password), role)

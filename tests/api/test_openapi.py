@@ -19,9 +19,8 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 
-from helpers import quick_hash
+from helpers import cheap_dummy_hash
 from queuelog.model.jobs import Status
-from queuelog.server import auth
 from queuelog.server.requests.openapi import document
 from queuelog.server.store import NewJob, Store
 from queuelog.server.throttle import SignInThrottle
@@ -72,9 +71,8 @@ def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend:
     """The document as the app serves it, loaded in process, over a seeded database."""
     seed(store)
     # The ignored_auth check's made-up Basic credentials name no user, so each is checked
-    # against the timing-equalizing dummy hash: scrypt, 0.12 s apiece, 164 of them on SQLite
-    # (20 s, most of this run). test_auth checks the real one; here it may be cheap.
-    monkeypatch.setattr(auth, "_dummy_hash", lambda: quick_hash("queuelog-timing-equalizer"))
+    # against the timing-equalizing dummy hash: 164 of them on SQLite (20 s of scrypt).
+    cheap_dummy_hash(monkeypatch)
     # schemathesis's ignored_auth check sends the same made-up Basic credentials again and
     # again; after 10 the sign-in throttle (contract) answers 429, which that check does not
     # expect. The throttle has its own tests (test_throttle.py); here it never trips.

@@ -94,7 +94,15 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
                                    for name, opts in app.config["JOB_TYPES"].items()})
     except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
         raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
-    deadline = time.monotonic() + (store.dialect.boot_wait_seconds if waiting else 0.0)
+    _reach(app, store, url, store.dialect.boot_wait_seconds if waiting else 0.0)
+    app.extensions["queuelog.store"] = store
+    return store
+
+
+def _reach(app: Flask, store: Store, url: str, wait_seconds: float) -> None:
+    """Create (or, under ``queuelog db``, ping) the schema; a database that does not answer
+    is tried again, with a growing pause, until ``wait_seconds`` have passed (ConfigError)."""
+    deadline = time.monotonic() + wait_seconds
     pause = 0.1
     while True:
         try:
@@ -102,7 +110,7 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
                 store.create_schema()
             else:
                 store.ping()  # ``queuelog db``: the command reads or upgrades the schema
-            break
+            return
         except OperationalError as exc:
             answer = str(exc.orig).strip()
             if time.monotonic() + pause > deadline:
@@ -112,11 +120,9 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
             # A gunicorn worker (re)booting while the database restarts: exiting would make
             # gunicorn stop every worker ("Worker failed to boot"), so wait for it instead.
             app.logger.warning("DATABASE_URL %s: the database does not answer (%s); trying "
-                               "again in %.1f s", _shown(url), answer.splitlines()[0], pause)
+                               "again in %.1f s", _shown(url), answer.partition("\n")[0], pause)
             time.sleep(pause)
             pause = min(2 * pause, 2.0)
-    app.extensions["queuelog.store"] = store
-    return store
 
 
 def _shown(url: Any) -> str:

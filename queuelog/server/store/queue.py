@@ -68,12 +68,11 @@ class Queue(Enqueue):
         self.lease_seconds = lease_seconds
         self.type_leases = dict(type_leases or {})
         self.configured_limits = dict(type_limits or {})  # JOB_TYPES' flow control
-        # Types with a concurrency limit in force, as this process's last claim saw them.
-        self.slot_types = frozenset(t for t, lim in self.configured_limits.items()
-                                    if lim.concurrency)
-        # Types with any limit in force, as this process's last claim saw them.
-        self.limited_types = frozenset(t for t, lim in self.configured_limits.items()
-                                       if lim.any)
+        # Types with a concurrency limit in force (slot_types) and with any limit
+        # (limited_types), as this process's last claim saw them; the config's until then.
+        self.slot_types: frozenset[str] = frozenset()
+        self.limited_types: frozenset[str] = frozenset()
+        self._remember(self.configured_limits)
         # Told the type of each job whose lease a claim took back (the metrics count them).
         self.on_lease_expired: Callable[[str], None] = lambda job_type: None
         # Told when a call created or finished jobs (retention purges after such requests).
@@ -381,8 +380,9 @@ class Queue(Enqueue):
 
         One UPDATE joins the items, one JSON text, to their rows (SQLite ``json_each``,
         PostgreSQL ``json_array_elements``: dialect.py) and returns the rows it completed;
-        only the refused items are read again, to say why (measured: an executemany of the fenced UPDATE and a
-        read of every item cost a third of a 100-job batch lifecycle's store time).
+        only the refused items are read again, to say why (measured: an executemany of the
+        fenced UPDATE and a read of every item cost a third of a 100-job batch lifecycle's
+        store time).
         """
         if not items:
             return []
