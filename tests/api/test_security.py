@@ -377,11 +377,11 @@ def test_v08_sql_looking_input_is_data(client, producer, admin, store):
 _TRUSTED = {"synchronous"}
 # Reviewed one by one: formats that splice only static SQL fragments chosen in the code.
 # The SQLite claim text: ``typed`` and ``policy`` are SQL of the store's own, never a value.
-# The many-row INSERTs: table and column names and types from tables.py, each value in
-# one JSON parameter.
+# The many-row INSERTs: table and column names and types from tables.py, each value a
+# bound parameter (one JSON text on PostgreSQL, one placeholder each on SQLite).
 _REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(typed=typed, policy=policy_sql))"),
              ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
-                            "columns=', '.join(columns), picks=picks))"),
+                            "columns=', '.join(columns)))"),
              ("dialect.py", "text(template.format(table=table.name, "
                             "columns=', '.join(columns), picks=picks))")}
 

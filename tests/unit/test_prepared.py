@@ -74,3 +74,31 @@ def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
                                                            idempotency_key="k"), 0)])
     with store.engine.connect() as conn:
         assert conn.execute(select(jobs.c.id)).all() == [(1,)]
+
+
+def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, monkeypatch):
+    """SQLite caps a statement's parameters: a batch goes in statements of at most
+    ``rows_per_insert`` rows, in one transaction, so a failure in the last undoes the first."""
+    monkeypatch.setattr(store.dialect, "rows_per_insert", 3, raising=False)
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        got, _ = store.enqueue_many([NewJob("p", "email", f'{{"i": {i}}}', 0, 3)
+                                     for i in range(8)])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    inserts = sum(s.lstrip().upper().startswith("INSERT INTO JOBS") for s in sent)
+    assert inserts == (3 if store.dialect.name == "sqlite" else 1)  # PostgreSQL: one JSON
+    assert [j.payload["i"] for j in got] == list(range(8))
+    assert [j.id for j in got] == sorted(j.id for j in got)
+    rows = [store._values(NewJob("p", "email", "{}", 0, 3), 0) for _ in range(7)]
+    rows[-1]["type"] = None  # NOT NULL: the third statement fails
+    with pytest.raises(IntegrityError):
+        with store._write.begin() as conn:
+            store._insert_many(conn, rows)
+    with store.engine.connect() as conn:
+        assert len(conn.execute(select(jobs.c.id)).all()) == 8

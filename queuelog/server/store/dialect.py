@@ -146,19 +146,19 @@ class Dialect:
 
     def insert_rows(self, table: Any, columns: Sequence[str], *,
                     notifying: bool = False) -> TextClause:
-        """One INSERT of any number of rows, every new row returned, ids ascending in the
-        rows' order; its parameters are ``rows_params(columns, rows)``. One statement
-        and one shape for any count (no statement per row, none compiled per count).
-        ``notifying``: as ``notifying`` makes a statement (run it, then ``notify(conn,
+        """One INSERT of many rows, every new row returned, ids ascending in the rows'
+        order; run it once per parameter set of ``rows_params(columns, rows)``, in one
+        transaction (no statement per row). ``notifying``: as ``notifying`` makes a statement (run it, then ``notify(conn,
         told=True)``)."""
         raise NotImplementedError
 
     def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
-                    ) -> dict[str, Any]:
-        """The parameters of ``insert_rows`` for these rows: one JSON text,
-        ``[[v1, v2, ...], ...]``, which the database reads in C (a list per column made
-        psycopg dump 13 arrays in Python: a fifth of a batch enqueue's CPU)."""
-        return {"rows": jsontext.dumps([[row[c] for c in columns] for row in rows])}
+                    ) -> list[dict[str, Any]]:
+        """The parameters of ``insert_rows`` for these rows, one set per statement to run
+        (in one transaction): here one JSON text, ``[[v1, v2, ...], ...]``, which the
+        database reads in C (a list per column made psycopg dump 13 arrays in Python: a
+        fifth of a batch enqueue's CPU)."""
+        return [{"rows": jsontext.dumps([[row[c] for c in columns] for row in rows])}]
 
     def complete_rows(self) -> TextClause:
         """One UPDATE completing many held jobs, each fenced on its own (running, this
@@ -238,6 +238,7 @@ class SQLiteDialect(Dialect):
     companions = ("-wal", "-shm", "-journal")
     synchronous_modes = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
     writes_lock_reads = True
+    rows_per_insert = 500  # of 13 columns: 6,500 parameters (SQLite allows 32,766)
     counts_in_place = True
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
@@ -296,11 +297,20 @@ class SQLiteDialect(Dialect):
 
     def insert_rows(self, table: Any, columns: Sequence[str], *,
                     notifying: bool = False) -> TextClause:
-        """The rows as one JSON array of arrays, read by ``json_each`` in array order
-        (``notifying``: nothing to add; SQLite's processes are told after the commit)."""
-        picks = ", ".join(f"value ->> {i}" for i in range(len(columns)))
-        return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
-                                               picks=picks))
+        """A multi-row ``VALUES`` (``notifying``: nothing to add; SQLite's processes are
+        told after the commit). Its text grows with the rows (``Prepared`` renders it per
+        call), but SQLite reads plain parameters much faster than JSON: 100 jobs 1,085 ->
+        523 us (``json_each`` parsed each row's array once per column)."""
+        return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns))
+                    ).bindparams(bindparam("rows", expanding=True))
+
+    def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
+                    ) -> list[dict[str, Any]]:
+        """The rows as tuples, at most ``rows_per_insert`` a statement (a statement's
+        parameters are at most 32,766 on SQLite)."""
+        tuples = [tuple([row[c] for c in columns]) for row in rows]
+        step = self.rows_per_insert
+        return [{"rows": tuples[i:i + step]} for i in range(0, len(tuples), step)]
 
     def complete_rows(self) -> TextClause:
         """The items as one JSON array, joined by ``UPDATE ... FROM json_each``."""
@@ -533,8 +543,7 @@ class PostgresDialect(Dialect):
 
 # Many rows in one statement (``insert_rows``): table and column names are the code's
 # own (tables.py), every value a bound parameter.
-_SQLITE_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM json_each(:rows) "
-                       "ORDER BY key RETURNING *")
+_SQLITE_INSERT_ROWS = "INSERT INTO {table} ({columns}) VALUES :rows RETURNING *"
 _PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} "
                    "FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS r(v, ord) "
                    "ORDER BY ord RETURNING *")

@@ -67,7 +67,8 @@ class Enqueue:
     def _insert_many(self, conn: Connection, values: list[dict[str, Any]]) -> list[Any]:
         """Insert the rows in one statement; the new rows in the order given (RETURNING
         has no order of its own; the ids ascend in the rows' order)."""
-        got = self._insert_rows.rows(conn, self.dialect.rows_params(_NEW_COLUMNS, values))
+        got = [row for params in self.dialect.rows_params(_NEW_COLUMNS, values)
+               for row in self._insert_rows.rows(conn, params)]
         return sorted(got, key=lambda r: r.id)
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
@@ -77,7 +78,7 @@ class Enqueue:
                 row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
                 self.dialect.notify(conn, told=True)
                 self.on_jobs_written()
-            return Job.from_row(row._mapping), True
+            return Job.from_row(row), True
         for _ in range(3):
             try:
                 with self._write.begin() as conn:
@@ -88,11 +89,11 @@ class Enqueue:
                             if row.request_hash != new.request_hash:
                                 raise IdempotencyMismatch(
                                     "This idempotency key was used for a different request.")
-                            return Job.from_row(row._mapping), False
+                            return Job.from_row(row), False
                     row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
                     self.dialect.notify(conn, told=True)
                     self.on_jobs_written()
-                    return Job.from_row(row._mapping), True
+                    return Job.from_row(row), True
             except IntegrityError:
                 if new.idempotency_key is None:
                     raise
@@ -112,13 +113,13 @@ class Enqueue:
         if not keys:  # one INSERT (its wake-up in it): whole by itself
             with self.dialect.one_statement(self._write) as conn:
                 rows, _ = self._enqueue_many(conn, news, keys)
-            return [Job.from_row(r._mapping) for r in rows], []
+            return [Job.from_row(r) for r in rows], []
         for _ in range(5):
             try:
                 with self._write.begin() as conn:
                     rows, replayed = self._enqueue_many(conn, news, keys)
                 # Built after the commit: the write lock is held for the SQL alone.
-                return [Job.from_row(r._mapping) for r in rows if r is not None], replayed
+                return [Job.from_row(r) for r in rows if r is not None], replayed
             except IntegrityError:
                 # A racing batch (or POST /jobs) committed one of these keys first: the
                 # whole transaction rolled back, and the next round replays its row.

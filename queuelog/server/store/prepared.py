@@ -25,6 +25,9 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect as SADialect
 
 _EXPANDING = re.compile(r"\(?__\[POSTCOMPILE_(\w+)\]\)?")
+# ``VALUES :rows`` (an expanding parameter after VALUES): a list of rows, each a tuple,
+# rendered as ``(?, ?), (?, ?)``: a multi-row INSERT.
+_VALUES_ROWS = re.compile(r"VALUES \(__\[POSTCOMPILE_(\w+)\]\)")
 
 
 class Prepared:
@@ -43,6 +46,7 @@ class Prepared:
                                          in compiled.binds.items() if not bind.required}
         self.expanding: frozenset[str] = frozenset(_EXPANDING.findall(self.sql))
         self._lists: tuple[str, ...] = tuple(sorted(self.expanding))
+        self.row_lists: frozenset[str] = frozenset(_VALUES_ROWS.findall(self.sql))
         self.mark: str = {"qmark": "?", "format": "%s"}.get(dialect.paramstyle, "")
         self._texts: dict[tuple[int, ...], str] = {}
 
@@ -136,32 +140,51 @@ class Prepared:
         lengths = tuple(len(values[n]) for n in self._lists)
         sql = self._texts.get(lengths)
         if sql is None:
-            sql = self._texts[lengths] = self._expand(dict(zip(self._lists, lengths)))
+            sql = self._expand({n: values[n] for n in self._lists})
+            if not self.row_lists:  # a rows text is as long as its rows: not kept
+                self._texts[lengths] = sql
         if self.positional:
             args: list[Any] = []
             for name in self.names:
-                if name in self.expanding:
+                if name in self.row_lists:
+                    for row in values[name]:
+                        args.extend(row)
+                elif name in self.expanding:
                     args.extend(values[name])
                 else:
                     args.append(values[name])
             return sql, tuple(args)
-        if not self.expanding:
-            return sql, values
         named = {k: v for k, v in values.items() if k not in self.expanding}
         for name in self.expanding:
-            named.update({f"{name}_{i}": v for i, v in enumerate(values[name])})
+            if name in self.row_lists:
+                named.update({f"{name}_{i}_{j}": v for i, row in enumerate(values[name])
+                              for j, v in enumerate(row)})
+            else:
+                named.update({f"{name}_{i}": v for i, v in enumerate(values[name])})
         return sql, named
 
-    def _expand(self, lengths: Mapping[str, int]) -> str:
+    def _expand(self, lists: Mapping[str, Sequence[Any]]) -> str:
         """``IN (__[POSTCOMPILE_x])`` as one placeholder per item; an empty list as an
-        empty set (``IN`` false, ``NOT IN`` true), as SQLAlchemy renders it."""
+        empty set (``IN`` false, ``NOT IN`` true), as SQLAlchemy renders it. ``VALUES
+        (__[POSTCOMPILE_x])`` as one parenthesized group per row (never empty)."""
+        def mark(name: str, *at: int) -> str:
+            if self.positional:
+                return self.mark
+            return f"%({'_'.join(map(str, (name, *at)))})s"
+
         def one(m: re.Match[str]) -> str:
-            name, n = m.group(1), lengths[m.group(1)]
-            if n == 0:
+            name, items = m.group(1), lists[m.group(1)]
+            if name in self.row_lists:
+                if not items:
+                    raise ValueError(f"no rows to insert ({name})")
+                if self.positional:  # every row's group the same text
+                    group = "(" + ", ".join([self.mark] * len(items[0])) + ")"
+                    return ", ".join([group] * len(items))
+                return ", ".join("(" + ", ".join(mark(name, i, j) for j in range(len(row)))
+                                 + ")" for i, row in enumerate(items))
+            if not items:
                 return "(SELECT NULL WHERE 1 = 0)"
-            marks = ([self.mark] * n if self.positional
-                     else [f"%({name}_{i})s" for i in range(n)])
-            return "(" + ", ".join(marks) + ")"
+            return "(" + ", ".join(mark(name, i) for i in range(len(items))) + ")"
         return _EXPANDING.sub(one, self.sql)
 
 

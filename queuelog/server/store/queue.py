@@ -243,7 +243,7 @@ class Queue(Enqueue):
                 out, rows = Claimed(), []
         # Built after the commit: the write lock (SQLite's, one writer at a time) is held
         # for the SQL alone, not for a hundred jobs' Python.
-        out.extend(Job.from_row(r._mapping) for r in rows)
+        out.extend(Job.from_row(r) for r in rows)
         return out
 
     def _claim_in_turn(self, worker: str, max_jobs: int, lease_seconds: float | None,
@@ -285,9 +285,10 @@ class Queue(Enqueue):
             if len(rows) > 1:  # RETURNING has no order of its own
                 rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
             if not self._claim_opens_attempts:  # one statement for all
-                self._open_attempts.run(conn, self.dialect.rows_params(_ATTEMPT_COLUMNS, [
-                    {"job_id": r.id, "attempt": r.attempt, "worker_id": worker,
-                     "started_at": now, "outcome": Outcome.RUNNING.value} for r in rows]))
+                for params in self.dialect.rows_params(_ATTEMPT_COLUMNS, [
+                        {"job_id": r.id, "attempt": r.attempt, "worker_id": worker,
+                         "started_at": now, "outcome": Outcome.RUNNING.value} for r in rows]):
+                    self._open_attempts.run(conn, params)
             # Last before the commit: on PostgreSQL this locks the types' limiter rows, so
             # claims of one limited type take turns for these statements alone.
             if allow is not None and not claim_policy.settle(
@@ -356,7 +357,7 @@ class Queue(Enqueue):
                 "lease_us": _us_or_none(lease_seconds)})
             if row is None:
                 self._refuse(conn, job_id, worker, attempt)
-            return Job.from_row(row._mapping)
+            return Job.from_row(row)
 
     def complete(self, job_id: int, worker: str, attempt: int,
                  result_json: str | None = None) -> Job:
@@ -412,7 +413,7 @@ class Queue(Enqueue):
                 self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)],
                             told=self.dialect.complete_rows_close_attempts)
         # The jobs are built after the commit, as claim_many's.
-        return [r if isinstance(r, QueuelogError) else Job.from_row(r._mapping) for r in done]
+        return [r if isinstance(r, QueuelogError) else Job.from_row(r) for r in done]
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
                       attempt: int, result_json: str | None) -> Job | QueuelogError:
@@ -425,7 +426,7 @@ class Queue(Enqueue):
             self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
                                          "outcome": Outcome.COMPLETED.value, "error": None})
         self.on_jobs_written()
-        job = Job.from_row(row._mapping)
+        job = Job.from_row(row)
         self._freed(conn, [job.type], told=self._complete_closes_attempt)
         return job
 
@@ -474,7 +475,7 @@ class Queue(Enqueue):
             if actor is not None:
                 record(conn, now, actor, "job.cancel", str(job_id))
             self.on_jobs_written()
-            return Job.from_row(row._mapping)
+            return Job.from_row(row)
 
     def retry(self, job_id: int, actor: str | None = None) -> Job:
         """Put a failed or cancelled job back to pending with fresh retries (admin)."""
@@ -492,7 +493,7 @@ class Queue(Enqueue):
             if actor is not None:
                 record(conn, now, actor, "job.retry", str(job_id))
             self.dialect.notify(conn)
-            return Job.from_row(row._mapping)
+            return Job.from_row(row)
 
     def purge(self, older_than_us: int, statuses: Sequence[Status] = FINISHED,
               batch: int = PURGE_BATCH, max_batches: int | None = None,
@@ -574,7 +575,7 @@ class Queue(Enqueue):
             return None
         self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
                                      "outcome": outcome.value, "error": error})
-        job = Job.from_row(updated._mapping)
+        job = Job.from_row(updated)
         self._freed(conn, [job.type])
         return job
 

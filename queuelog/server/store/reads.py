@@ -93,7 +93,7 @@ class Reads:
         with self.engine.connect() as conn:
             row = get_row(conn, job_id, scope)
             attempts = conn.execute(_ATTEMPTS, {"jid": job_id}).all()
-            return Job.from_row(row._mapping).with_attempts(
+            return Job.from_row(row).with_attempts(
                 tuple(Attempt.from_row(a._mapping) for a in attempts))
 
     def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
@@ -138,7 +138,7 @@ class Reads:
         with self.engine.connect() as conn:
             rows = conn.execute(query).all()
         more = len(rows) > limit
-        found = [Job.from_row(r._mapping) for r in rows[:limit]]
+        found = [Job.from_row(r) for r in rows[:limit]]
         if after is not None:
             found.reverse()
             return Page(found, found[-1].id if found else None,

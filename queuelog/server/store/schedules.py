@@ -93,7 +93,7 @@ class Schedules:
         # run_at is the tick itself, even when the tick is made a moment late (contract).
         values = {**self._values(new, self.clock()), "run_at": when, "schedule": name,
                   "scheduled_for": when}
-        job = Job.from_row(conn.execute(_INSERT_JOB, values).one()._mapping)
+        job = Job.from_row(conn.execute(_INSERT_JOB, values).one())
         self.dialect.notify(conn)  # a new job: waiting claims hear of it, as of an enqueue
         return job
 
