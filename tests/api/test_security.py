@@ -381,9 +381,12 @@ _TRUSTED = {"synchronous"}
 # bound parameter (one JSON text on PostgreSQL, one placeholder each on SQLite).
 _REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(typed=typed, policy=policy_sql))"),
              ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
-                            "columns=', '.join(columns)))"),
-             ("dialect.py", "text(template.format(table=table.name, "
-                            "columns=', '.join(columns), picks=picks))")}
+                            "columns=', '.join(columns), "
+                            "returning=_returning(table, returning)))"),
+             ("dialect.py", "text(_PG_INSERT_ROWS.format(table=table.name, "
+                            "columns=', '.join(columns), picks=picks, "
+                            "returning=_returning(table, returning, "
+                            "_PG_NOTIFIED if notifying else None)))")}
 
 
 def _trusted(arg: ast.expr) -> bool:

@@ -145,10 +145,11 @@ class Dialect:
         raise NotImplementedError
 
     def insert_rows(self, table: Any, columns: Sequence[str], *,
-                    notifying: bool = False) -> TextClause:
-        """One INSERT of many rows, every new row returned, ids ascending in the rows'
-        order; run it once per parameter set of ``rows_params(columns, rows)``, in one
-        transaction (no statement per row). ``notifying``: as ``notifying`` makes a statement (run it, then ``notify(conn,
+                    returning: Sequence[str] = (), notifying: bool = False) -> TextClause:
+        """One INSERT of many rows, the new rows' ``returning`` columns returned, ids
+        ascending in the rows' order; run it once per parameter set of
+        ``rows_params(columns, rows)``, in one transaction (no statement per row).
+        ``notifying``: as ``notifying`` makes a statement (run it, then ``notify(conn,
         told=True)``)."""
         raise NotImplementedError
 
@@ -296,12 +297,13 @@ class SQLiteDialect(Dialect):
         return sqlite_dialect.insert(table).on_conflict_do_nothing()
 
     def insert_rows(self, table: Any, columns: Sequence[str], *,
-                    notifying: bool = False) -> TextClause:
+                    returning: Sequence[str] = (), notifying: bool = False) -> TextClause:
         """A multi-row ``VALUES`` (``notifying``: nothing to add; SQLite's processes are
         told after the commit). Its text grows with the rows (``Prepared`` renders it per
         call), but SQLite reads plain parameters much faster than JSON: 100 jobs 1,085 ->
         523 us (``json_each`` parsed each row's array once per column)."""
-        return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns))
+        return text(_SQLITE_INSERT_ROWS.format(table=table.name, columns=", ".join(columns),
+                                               returning=_returning(table, returning))
                     ).bindparams(bindparam("rows", expanding=True))
 
     def rows_params(self, columns: Sequence[str], rows: Sequence[Mapping[str, Any]],
@@ -462,16 +464,16 @@ class PostgresDialect(Dialect):
         return postgresql_dialect.insert(table).on_conflict_do_nothing()
 
     def insert_rows(self, table: Any, columns: Sequence[str], *,
-                    notifying: bool = False) -> TextClause:
+                    returning: Sequence[str] = (), notifying: bool = False) -> TextClause:
         """The rows as one JSON array of arrays, read by ``json_array_elements`` in array
         order, each value cast to its column's type; ``notifying``: pg_notify in the
         RETURNING, as ``notifying`` does."""
         pg = postgresql_dialect.dialect()
         picks = ", ".join(f"CAST(r.v ->> {i} AS {table.c[c].type.compile(dialect=pg)})"
                           for i, c in enumerate(columns))
-        template = _PG_INSERT_ROWS_NOTIFYING if notifying else _PG_INSERT_ROWS
-        statement = text(template.format(table=table.name, columns=", ".join(columns),
-                                         picks=picks))
+        statement = text(_PG_INSERT_ROWS.format(
+            table=table.name, columns=", ".join(columns), picks=picks,
+            returning=_returning(table, returning, _PG_NOTIFIED if notifying else None)))
         return statement.bindparams(channel=listen.CHANNEL) if notifying else statement
 
     def complete_rows(self) -> TextClause:
@@ -543,12 +545,18 @@ class PostgresDialect(Dialect):
 
 # Many rows in one statement (``insert_rows``): table and column names are the code's
 # own (tables.py), every value a bound parameter.
-_SQLITE_INSERT_ROWS = "INSERT INTO {table} ({columns}) VALUES :rows RETURNING *"
+_SQLITE_INSERT_ROWS = "INSERT INTO {table} ({columns}) VALUES :rows{returning}"
 _PG_INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} "
                    "FROM json_array_elements(CAST(:rows AS json)) WITH ORDINALITY AS r(v, ord) "
-                   "ORDER BY ord RETURNING *")
+                   "ORDER BY ord{returning}")
 # pg_notify added to its RETURNING: told to every LISTEN at commit, once however many rows.
-_PG_INSERT_ROWS_NOTIFYING = _PG_INSERT_ROWS + ", pg_notify(:channel, '') AS notified"
+_PG_NOTIFIED = "pg_notify(:channel, '') AS notified"
+
+
+def _returning(table: Any, columns: Sequence[str], extra: str | None = None) -> str:
+    """`` RETURNING`` these columns of ``table`` (and ``extra``), or nothing."""
+    picks = [table.c[c].name for c in columns] + ([extra] if extra else [])
+    return " RETURNING " + ", ".join(picks) if picks else ""
 # complete_many in one statement: the items joined to their rows, each row fenced alone.
 # SQLite: ``+`` keeps the planner off the status and worker indexes (it would walk every
 # running job for each item); the walk is the items, each a rowid lookup.

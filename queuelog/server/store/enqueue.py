@@ -14,7 +14,7 @@ from queuelog.model.jobs import Job, Status
 from queuelog.model.problems import Conflict, IdempotencyMismatch
 from queuelog.server.store.dialect import Dialect
 from queuelog.server.store.engine import Clock, to_us
-from queuelog.server.store.prepared import Prepared
+from queuelog.server.store.prepared import Prepared, row_class
 from queuelog.server.store.tables import jobs
 
 _BY_KEY = select(jobs).where(jobs.c.producer == bindparam("producer"),
@@ -26,6 +26,21 @@ _NEW_COLUMNS = ("type", "payload", "priority", "status", "attempt", "retry_count
                 "max_retries", "idempotency_key", "request_hash", "producer", "run_at",
                 "created_at", "updated_at")
 _INSERT = insert(jobs).values({c: bindparam(c) for c in _NEW_COLUMNS}).returning(*jobs.c)
+# A new job's row as ``RETURNING *`` gives it (``_rows``): every column, NULL where none
+# was sent.
+_COLUMNS = tuple(c.name for c in jobs.c)
+_ROW = row_class(_COLUMNS)
+_ID = _COLUMNS.index("id")
+
+
+def _rows(ids: Sequence[int], values: Sequence[dict[str, Any]]) -> list[Any]:
+    """New rows from their ids and the values sent."""
+    out = []
+    for job_id, v in zip(ids, values):
+        row = [v.get(c) for c in _COLUMNS]
+        row[_ID] = job_id
+        out.append(_ROW._make(row))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,15 +76,17 @@ class Enqueue:
         # A batch's rows in one statement of one shape, whatever its size. (SQLAlchemy's
         # executemany with RETURNING in parameter order ran a statement per row on SQLite:
         # measured, half of a 100-job batch's time.)
-        self._insert_rows = Prepared(self.dialect.insert_rows(jobs, _NEW_COLUMNS,
-                                                              notifying=True), sa_dialect)
+        self._insert_rows = Prepared(self.dialect.insert_rows(
+            jobs, _NEW_COLUMNS, returning=("id",), notifying=True), sa_dialect)
 
-    def _insert_many(self, conn: Connection, values: list[dict[str, Any]]) -> list[Any]:
-        """Insert the rows in one statement; the new rows in the order given (RETURNING
-        has no order of its own; the ids ascend in the rows' order)."""
-        got = [row for params in self.dialect.rows_params(_NEW_COLUMNS, values)
-               for row in self._insert_rows.rows(conn, params)]
-        return sorted(got, key=lambda r: r.id)
+    def _insert_many(self, conn: Connection, values: list[dict[str, Any]],
+                     params: list[dict[str, Any]] | None = None) -> list[int]:
+        """Insert the rows (``params``: their ``rows_params``, if made already); their ids,
+        in the order given (RETURNING has no order of its own; they ascend in the rows'
+        order). Only the ids: SQLite made each returned row's columns in the lock."""
+        if params is None:
+            params = self.dialect.rows_params(_NEW_COLUMNS, values)
+        return sorted(row.id for p in params for row in self._insert_rows.rows(conn, p))
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
@@ -111,9 +128,15 @@ class Enqueue:
             return [], []
         keys = [n.idempotency_key for n in news if n.idempotency_key is not None]
         if not keys:  # one INSERT (its wake-up in it): whole by itself
+            # The rows made before the write's turn, which lasts for the SQL alone.
+            now = self.clock()
+            values = [self._values(new, now) for new in news]
+            params = self.dialect.rows_params(_NEW_COLUMNS, values)
             with self.dialect.one_statement(self._write) as conn:
-                rows, _ = self._enqueue_many(conn, news, keys)
-            return [Job.from_row(r) for r in rows], []
+                ids = self._insert_many(conn, values, params)
+                self.dialect.notify(conn, told=True)  # one wake-up for the whole batch
+                self.on_jobs_written()
+            return [Job.from_row(r) for r in _rows(ids, values)], []
         for _ in range(5):
             try:
                 with self._write.begin() as conn:
@@ -128,10 +151,9 @@ class Enqueue:
 
     def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
                       keys: list[str]) -> tuple[list[Any], list[int]]:
-        found: dict[str, Any] = {}
-        if keys:
-            found = {r.idempotency_key: r for r in self._by_keys.rows(
-                conn, {"producer": news[0].producer, "keys": keys})}
+        """A batch with idempotency keys: its replays found, the rest inserted."""
+        found = {r.idempotency_key: r for r in self._by_keys.rows(
+            conn, {"producer": news[0].producer, "keys": keys})}
         now = self.clock()
         out: list[Any] = [None] * len(news)  # each item's row, new or replayed
         replayed: list[int] = []
@@ -151,8 +173,8 @@ class Enqueue:
             raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
                                       "before for a different request.", errors=mismatched)
         if fresh:
-            rows = self._insert_many(conn, [self._values(news[i], now) for i in fresh])
-            for i, row in zip(fresh, rows):
+            values = [self._values(news[i], now) for i in fresh]
+            for i, row in zip(fresh, _rows(self._insert_many(conn, values), values)):
                 out[i] = row
             self.dialect.notify(conn, told=True)  # one wake-up for the whole batch
             self.on_jobs_written()

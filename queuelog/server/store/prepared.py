@@ -206,14 +206,14 @@ def _rows(cursor: Any) -> list[Any]:
     rows = cursor.fetchall()
     if not rows:
         return []
-    make = _row_class(tuple(d[0] for d in cursor.description))
+    make = row_class(tuple(d[0] for d in cursor.description))
     return [make(*r) for r in rows]
 
 
 _ROW_CLASSES: dict[tuple[str, ...], Any] = {}
 
 
-def _row_class(names: tuple[str, ...]) -> Any:
+def row_class(names: tuple[str, ...]) -> Any:
     """A named tuple per column list, with SQLAlchemy Row's ``_mapping`` as a dict."""
     cls = _ROW_CLASSES.get(names)
     if cls is None:
