@@ -131,15 +131,20 @@ class WriteTurns:
             raise group.error
 
     def _open(self) -> _Group:
-        """A new group: the file lock between processes, then BEGIN IMMEDIATE."""
+        """A new group: a pooled connection, the file lock between processes, then BEGIN
+        IMMEDIATE (the lock is taken last: other processes wait for the SQL alone)."""
+        conn = self.engine.connect()
         fd = self._lock_file()
-        if fd is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            self._group = _Group(self.engine.connect(), fd)
-        except BaseException:
             if fd is not None:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                self._group = _Group(conn, fd)
+            except BaseException:
+                _unlock(fd)
+                raise
+        except BaseException:
+            conn.close()
             raise
         return self._group
 
@@ -152,9 +157,13 @@ class WriteTurns:
         except BaseException as e:  # noqa: BLE001 - every writer of the group raises it
             group.error = e
         finally:
-            group.conn.close()  # back to the pool; a transaction left open is rolled back
-            if group.fd is not None:
-                fcntl.flock(group.fd, fcntl.LOCK_UN)
+            if group.error is None:  # committed: the next process may write meanwhile
+                _unlock(group.fd)
+            # Back to the pool (its check-in sends the wake-ups: dialect.py); a transaction
+            # left open is rolled back, before the lock is freed.
+            group.conn.close()
+            if group.error is not None:
+                _unlock(group.fd)
             group.done.set()
         self._commits += 1
         if self._commits % CHECKPOINT_EVERY == 0 and self._checkpointing.acquire(
@@ -186,6 +195,12 @@ class WriteTurns:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self._pid = os.getpid()
         return self._fd
+
+
+def _unlock(fd: int | None) -> None:
+    """Free the file lock between processes (None: there is none)."""
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _undo(group: _Group, driver: Any) -> None:
