@@ -107,8 +107,9 @@ def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, mon
 def test_a_batchs_jobs_are_their_rows_as_stored(store, clock):
     """Only the ids come back from the INSERT: the rest of each job is what was sent, and
     must be what a read of its row gives."""
-    news = [NewJob("p", "email", '{"i": %d, "x": [1.5, null, "\\u00e9"]}' % i, i % 3, i,
-                   delay_seconds=i or None) for i in range(5)]
+    news = [NewJob("p", "email", '{"i": %d, "x": [1.5, null, "\\u00e9", "\\u0000"]}' % i,
+                   i % 3, i, delay_seconds=i or None) for i in range(5)]
     got, _ = store.enqueue_many(news)
     assert [store.get(j.id).with_attempts(None) for j in got] == got  # type: ignore[arg-type]
-    assert got[1].payload == {"i": 1, "x": [1.5, None, "é"]} and got[4].max_retries == 4
+    assert got[1].payload == {"i": 1, "x": [1.5, None, "é", "\x00"]}
+    assert got[4].max_retries == 4

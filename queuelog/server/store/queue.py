@@ -380,7 +380,7 @@ class Queue(Enqueue):
         by its error.
 
         One UPDATE joins the items, one JSON text, to their rows (SQLite ``json_each``,
-        PostgreSQL ``json_array_elements``: dialect.py) and returns the rows it completed;
+        PostgreSQL ``jsonb_array_elements``: dialect.py) and returns the rows it completed;
         only the refused items are read again, to say why (measured: an executemany of the
         fenced UPDATE and a read of every item cost a third of a 100-job batch lifecycle's
         store time).
