@@ -732,3 +732,22 @@ def test_header_lists_the_registered_pages(client: Any, viewer: dict[str, str],
     assert viewer_nav and admin_nav
     assert re.findall(r">(\w+)</a>", viewer_nav.group(0))[:2] == ["Jobs", "Types"]
     assert "Audit" not in viewer_nav.group(0) and "Audit</a>" in admin_nav.group(0)
+
+
+def test_a_request_without_cookies_builds_no_session_signer(client: Any, producer: Any,
+                                                            monkeypatch: Any) -> None:
+    """Flask would build the cookie signer for every API call; one is built only when a
+    cookie comes (the dashboard's session, the CSRF secret's, reads it)."""
+    from flask.sessions import SecureCookieSessionInterface
+    built: list[int] = []
+    real = SecureCookieSessionInterface.get_signing_serializer
+
+    def counted(self: Any, app: Any) -> Any:
+        built.append(1)
+        return real(self, app)
+    monkeypatch.setattr(SecureCookieSessionInterface, "get_signing_serializer", counted)
+    assert client.post("/jobs", json={"type": "email"}, headers=producer).status_code == 201
+    assert built == []
+    client.set_cookie("session", "not-signed")
+    assert client.post("/jobs", json={"type": "email"}, headers=producer).status_code == 201
+    assert built  # a cookie came: read (and refused) by Flask's signer

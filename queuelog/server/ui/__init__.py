@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Flask, current_app, redirect, request, url_for
+from flask import Blueprint, Flask, Request, current_app, redirect, request, url_for
+from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
 
 from queuelog.server.auth import current_user, require
@@ -36,6 +37,7 @@ def init_app(app: Flask) -> None:
     csrf.init_app(app)
     if app.config.get("SESSION_COOKIE_SAMESITE") is None:
         app.config["SESSION_COOKIE_SAMESITE"] = "Lax"  # the session holds the CSRF secret
+    app.session_interface = _Sessions()
     ui = Blueprint("ui", __name__, url_prefix="/ui")
     for page in (queue, types, schedules, workers, audit, bulk, signout):
         ui.register_blueprint(page.bp)
@@ -45,6 +47,17 @@ def init_app(app: Flask) -> None:
     helpers.init_app(app)
     app.add_url_rule("/", "index", _root)
     app.context_processor(_who)
+
+
+class _Sessions(SecureCookieSessionInterface):
+    """Flask's signed-cookie sessions; a request without cookies (every API call) gets its
+    empty session without the signer being built for it (Flask builds one per request)."""
+
+    def open_session(self, app: Flask, request: Request) -> SecureCookieSession | None:
+        """An empty session when no cookie came; else Flask's."""
+        if "HTTP_COOKIE" not in request.environ and app.secret_key:
+            return self.session_class()
+        return super().open_session(app, request)
 
 
 def _who() -> dict[str, Any]:
