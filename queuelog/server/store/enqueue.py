@@ -30,17 +30,14 @@ _INSERT = insert(jobs).values({c: bindparam(c) for c in _NEW_COLUMNS}).returning
 # was sent.
 _COLUMNS = tuple(c.name for c in jobs.c)
 _ROW = row_class(_COLUMNS)
-_ID = _COLUMNS.index("id")
+_REST = _COLUMNS[1:]
+assert _COLUMNS[0] == "id"
 
 
 def _rows(ids: Sequence[int], values: Sequence[dict[str, Any]]) -> list[Any]:
     """New rows from their ids and the values sent."""
-    out = []
-    for job_id, v in zip(ids, values):
-        row = [v.get(c) for c in _COLUMNS]
-        row[_ID] = job_id
-        out.append(_ROW._make(row))
-    return out
+    make = _ROW._make
+    return [make((job_id, *map(v.get, _REST))) for job_id, v in zip(ids, values)]
 
 
 @dataclasses.dataclass(frozen=True)
