@@ -1,0 +1,139 @@
+"""Batch enqueues under gunicorn -w 2, by how the clients' connections spread over the workers.
+
+    python bench/bench_spread.py                      # SQLite FULL in a temp dir, 6 rounds
+    python bench/bench_spread.py --database-url postgresql+psycopg://postgres@127.0.0.1:5432/bench
+    python bench/bench_spread.py --single             # one job per request instead
+
+Each round starts a fresh server (``gunicorn -w 2 -k gthread --threads 8 --reuse-port``, as
+bench/peers does), then 4 producer processes, one keep-alive connection each, send
+``--requests`` enqueues each (batches of 100 unless ``--single``). It prints jobs/s, the
+workers' CPU per request (from ``/proc``) and the spread: how many connections each worker
+holds (2+2, 3+1 or 4+0, the kernel's pick with ``--reuse-port``). A rate is comparable only
+with rates of the same spread. The PostgreSQL database is emptied first.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench", "peers"))
+import drv_http  # noqa: E402  (the peers' helpers: worker pids, which worker holds a socket)
+
+PRODUCERS = 4
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of one process."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def producer(port: int, token: str, pids: list[int], requests: int, single: bool,
+             start: Any, out: Any) -> None:
+    """Send ``requests`` enqueues on one connection; report the worker that served it."""
+    conn = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"Authorization": "Bearer " + token, "Content-Type": "application/json"}
+    conn.request("GET", "/healthz")
+    conn.getresponse().read()
+    served_by = drv_http.server_pid_for(conn.sock.getsockname()[1], port, pids)
+    start.wait()
+    for n in range(requests):
+        if single:
+            path, body = "/jobs", {"type": "email", "payload": {"n": n}}
+        else:
+            path, body = "/jobs/batch", {"jobs": [{"type": "email", "payload": {"n": i}}
+                                                  for i in range(100)]}
+        conn.request("POST", path, json.dumps(body).encode(), headers)
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 201, resp.status
+    out.put(served_by)
+
+
+def one_round(url: str, requests: int, single: bool) -> str:
+    """Start a server, run the producers, stop it; one line of results."""
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": url, "QUEUELOG_SECRET_KEY": "bench",
+           "QUEUELOG_BOOTSTRAP_ADMIN": "false", "QUEUELOG_SQLITE_SYNCHRONOUS": "FULL"}
+    token = subprocess.run([sys.executable, "-m", "queuelog", "keys", "create", "--name",
+                            f"p{time.time_ns()}", "--role", "producer"], env=env, check=True,
+                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "gunicorn", "-w", "2", "-k", "gthread",
+                               "--threads", "8", "--reuse-port", "-b", f"127.0.0.1:{port}",
+                               "app:app"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        pids: list[int] = []
+        for _ in range(200):
+            pids = drv_http.worker_pids(server.pid)
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200 and len(pids) == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        time.sleep(0.5)
+        start, out = mp.Event(), mp.Queue()
+        procs = [mp.Process(target=producer, args=(port, token, pids, requests, single,
+                                                   start, out)) for _ in range(PRODUCERS)]
+        for p in procs:
+            p.start()
+        time.sleep(0.5)
+        cpu0, t0 = sum(cpu_seconds(p) for p in pids), time.perf_counter()
+        start.set()
+        served = [out.get(timeout=300) for _ in procs]
+        wall, cpu1 = time.perf_counter() - t0, sum(cpu_seconds(p) for p in pids)
+        for p in procs:
+            p.join()
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    n = requests * PRODUCERS
+    spread = "+".join(str(c) for c in sorted((served.count(p) for p in pids), reverse=True))
+    return (f"{n * (1 if single else 100) / wall:8.0f} jobs/s  server CPU "
+            f"{(cpu1 - cpu0) / n * 1e3:5.2f} ms/request  spread {spread}")
+
+
+def main() -> None:
+    """Run the rounds; print one line each."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--database-url")
+    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--requests", type=int, default=100, help="per producer and round")
+    ap.add_argument("--single", action="store_true")
+    args = ap.parse_args()
+    for _ in range(args.rounds):
+        url = args.database_url or f"sqlite:///{tempfile.mkdtemp(prefix='ql-spread-')}/q.db"
+        if url.startswith("postgresql"):
+            from sqlalchemy import create_engine, text
+            from queuelog import create_app
+            create_app({"DATABASE_URL": url, "SECRET_KEY": "bench", "BOOTSTRAP_ADMIN": False},
+                       serving=False)  # the schema
+            with create_engine(url).begin() as conn:
+                conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, job_counts, "
+                                  "job_count_deltas CASCADE"))
+        print(one_round(url, args.requests, args.single), flush=True)
+
+
+if __name__ == "__main__":
+    main()
