@@ -30,6 +30,23 @@ def test_parse_json_accepts_strict_json_up_to_the_depth_limit():
         "a": "\u00e9\u00e9", "b": [1.5, -2000.0, None, True]}
 
 
+def objects(depth: int, wide: int = 0) -> str:
+    """``depth`` nested objects, each beside ``wide`` shallow siblings (a batch's shape)."""
+    siblings = "".join(f', "s{i}": [7]' for i in range(wide))
+    return '{"a": ' * (depth - 1) + "{}" + (siblings + "}") * (depth - 1)
+
+
+@pytest.mark.parametrize("wide", [0, 3])
+def test_the_depth_limit_counts_objects_and_mixed_nesting(wide):
+    assert parse_json(objects(MAX_DEPTH, wide).encode()) == json.loads(objects(MAX_DEPTH, wide))
+    with pytest.raises(MalformedRequest):
+        parse_json(objects(MAX_DEPTH + 1, wide).encode())
+    mixed = '{"a": [' * (MAX_DEPTH // 2) + "1" + "]}" * (MAX_DEPTH // 2)
+    assert parse_json(mixed.encode())
+    with pytest.raises(MalformedRequest):
+        parse_json(("[" + mixed + "]").encode())
+
+
 def test_compact_is_the_measured_form():
     assert compact({"a": [1, 2], "b": "\u00e9"}) == '{"a":[1,2],"b":"\u00e9"}'
 
