@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import base64
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -172,10 +173,8 @@ def main() -> None:
             b = results[n][name]
             row += f" {b:>12.2f}   {b / a:4.2f}x {'ok' if b <= 1.5 * a else 'SLOW'}"
         print(row)
-    if not args.keep:
-        for f in os.listdir(folder):
-            os.remove(os.path.join(folder, f))
-        os.rmdir(folder)
+    if not args.keep:  # the databases, their WAL files and wake-up folders
+        shutil.rmtree(folder)
 
 
 if __name__ == "__main__":
