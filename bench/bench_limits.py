@@ -16,9 +16,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 

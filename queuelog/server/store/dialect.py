@@ -559,6 +559,8 @@ def _returning(table: Any, columns: Sequence[str], extra: str | None = None) -> 
     """`` RETURNING`` these columns of ``table`` (and ``extra``), or nothing."""
     picks = [table.c[c].name for c in columns] + ([extra] if extra else [])
     return " RETURNING " + ", ".join(picks) if picks else ""
+
+
 # complete_many in one statement: the items joined to their rows, each row fenced alone.
 # SQLite: ``+`` keeps the planner off the status and worker indexes (it would walk every
 # running job for each item); the walk is the items, each a rowid lookup.

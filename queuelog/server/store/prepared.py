@@ -47,6 +47,8 @@ class Prepared:
         self.expanding: frozenset[str] = frozenset(_EXPANDING.findall(self.sql))
         self._lists: tuple[str, ...] = tuple(sorted(self.expanding))
         self.row_lists: frozenset[str] = frozenset(_VALUES_ROWS.findall(self.sql))
+        if self.row_lists and not self.positional:  # SQLite's alone (qmark) needs them
+            raise NotImplementedError("VALUES row lists take positional parameters")
         self.mark: str = {"qmark": "?", "format": "%s"}.get(dialect.paramstyle, "")
         self._texts: dict[tuple[int, ...], str] = {}
 
@@ -156,35 +158,25 @@ class Prepared:
             return sql, tuple(args)
         named = {k: v for k, v in values.items() if k not in self.expanding}
         for name in self.expanding:
-            if name in self.row_lists:
-                named.update({f"{name}_{i}_{j}": v for i, row in enumerate(values[name])
-                              for j, v in enumerate(row)})
-            else:
-                named.update({f"{name}_{i}": v for i, v in enumerate(values[name])})
+            named.update({f"{name}_{i}": v for i, v in enumerate(values[name])})
         return sql, named
 
     def _expand(self, lists: Mapping[str, Sequence[Any]]) -> str:
         """``IN (__[POSTCOMPILE_x])`` as one placeholder per item; an empty list as an
         empty set (``IN`` false, ``NOT IN`` true), as SQLAlchemy renders it. ``VALUES
         (__[POSTCOMPILE_x])`` as one parenthesized group per row (never empty)."""
-        def mark(name: str, *at: int) -> str:
-            if self.positional:
-                return self.mark
-            return f"%({'_'.join(map(str, (name, *at)))})s"
-
         def one(m: re.Match[str]) -> str:
             name, items = m.group(1), lists[m.group(1)]
-            if name in self.row_lists:
+            if name in self.row_lists:  # positional (__init__): every row's group alike
                 if not items:
                     raise ValueError(f"no rows to insert ({name})")
-                if self.positional:  # every row's group the same text
-                    group = "(" + ", ".join([self.mark] * len(items[0])) + ")"
-                    return ", ".join([group] * len(items))
-                return ", ".join("(" + ", ".join(mark(name, i, j) for j in range(len(row)))
-                                 + ")" for i, row in enumerate(items))
+                group = "(" + ", ".join([self.mark] * len(items[0])) + ")"
+                return ", ".join([group] * len(items))
             if not items:
                 return "(SELECT NULL WHERE 1 = 0)"
-            return "(" + ", ".join(mark(name, i) for i in range(len(items))) + ")"
+            marks = ([self.mark] * len(items) if self.positional
+                     else [f"%({name}_{i})s" for i in range(len(items))])
+            return "(" + ", ".join(marks) + ")"
         return _EXPANDING.sub(one, self.sql)
 
 
