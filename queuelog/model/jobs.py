@@ -6,7 +6,7 @@ import datetime as dt
 import enum
 import functools
 import random
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from queuelog.model import jsontext
 
@@ -117,6 +117,20 @@ def backoff_seconds(retry: int, base: float, cap: float,
     # The exponent is bounded so that a very long outage cannot overflow the float.
     ceiling = min(cap, base * 2 ** min(max(retry - 1, 0), 60))
     return ceiling * (rng or random).uniform(0.5, 1.0)
+
+
+class Done(NamedTuple):
+    """A job as a batch complete leaves it: what its answer (the job's new status) and its
+    count (per type) need, without the payload and result decoded for nothing."""
+
+    id: int
+    type: str
+    status: Status
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Done":
+        """From a row with ``id``, ``type`` and ``status``."""
+        return cls(row.id, row.type, _STATUSES[row.status])
 
 
 @dataclasses.dataclass(frozen=True)

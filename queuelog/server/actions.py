@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from flask import current_app
 
-from queuelog.model.jobs import Job, Priority, Status
+from queuelog.model.jobs import Done, Job, Priority, Status
 from queuelog.model.problems import (Conflict, Forbidden, JobNotFound, QueuelogError,
                                      ValidationFailed)
 from queuelog.server import metrics
@@ -205,8 +205,9 @@ def complete(who: Principal, job_id: int, attempt: int, result_json: str | None)
 
 
 def complete_many(who: Principal, items: Sequence[tuple[int, int, str | None]],
-                  ) -> list[Job | QueuelogError]:
-    """Complete many held attempts; each item a job or its refusal (only jobs count)."""
+                  ) -> list[Done | QueuelogError]:
+    """Complete many held attempts; each item its job's new state or its refusal (only the
+    jobs count)."""
     done = get_store().complete_many(who.name, items)
     _finished(done, "completed")
     return done
@@ -237,11 +238,11 @@ def _sanitizer() -> Callable[[str], str]:
     return lambda text: sanitize_error(text, limit)
 
 
-def _finished(done: Sequence[Job | QueuelogError], outcome: str) -> None:
+def _finished(done: Sequence[Job | Done | QueuelogError], outcome: str) -> None:
     """Count the attempts that ended (a retried fail is a ``failed`` attempt too)."""
     per_type: dict[str, int] = {}
     for job in done:
-        if isinstance(job, Job):
+        if not isinstance(job, QueuelogError):
             per_type[job.type] = per_type.get(job.type, 0) + 1
     for job_type, n in per_type.items():  # one counter write per type, not per job
         metrics.attempt_finished(job_type, outcome, n)

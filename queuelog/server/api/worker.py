@@ -12,7 +12,7 @@ from flask import Blueprint, current_app
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.model.problems import QueuelogError
-from queuelog.model.jobs import Job
+from queuelog.model.jobs import Done, Job
 from queuelog.server.requests.check import FieldErrors, body, field_errors, given
 from queuelog.server.requests.parse import compact
 from queuelog.server.api.serialize import job_json
@@ -132,7 +132,7 @@ def _result_json(data: dict[str, Any], field: str, errors: FieldErrors) -> str |
     return out
 
 
-def _outcome(job_id: int, got: Job | QueuelogError) -> dict[str, Any]:
+def _outcome(job_id: int, got: Job | Done | QueuelogError) -> dict[str, Any]:
     """One item of a batch answer: the job's new status, or the problem as the single
     route would answer it."""
     if isinstance(got, QueuelogError):

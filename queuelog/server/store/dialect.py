@@ -163,7 +163,7 @@ class Dialect:
 
     def complete_rows(self) -> TextClause:
         """One UPDATE completing many held jobs, each fenced on its own (running, this
-        worker, this attempt); every completed row returned. Parameters: ``now``, ``wkr``
+        worker, this attempt); each completed row's id, type and status returned. Parameters: ``now``, ``wkr``
         and ``complete_params(items)``."""
         raise NotImplementedError
 
@@ -568,7 +568,8 @@ _SQLITE_COMPLETE_ROWS = text(
     "UPDATE jobs SET status = 'completed', result = i.value ->> 2, lease_expires_at = NULL, "
     "finished_at = :now, updated_at = :now FROM json_each(:items) AS i "
     "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
-    "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr RETURNING *")
+    "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr "
+    "RETURNING id, type, status")
 # Their attempts closed in one more statement (each item a primary-key lookup).
 _SQLITE_CLOSE_ATTEMPTS = text(
     "UPDATE job_attempts SET finished_at = :now, outcome = :outcome, error = NULL "
@@ -581,10 +582,11 @@ _PG_COMPLETE_ROWS = text(
     "FROM (SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att, "
     "i ->> 2 AS res FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e(i)) AS v "
     "WHERE jobs.id = v.id AND jobs.status = 'running' "
-    "AND jobs.attempt = v.att AND jobs.worker_id = :wkr RETURNING jobs.*), "
+    "AND jobs.attempt = v.att AND jobs.worker_id = :wkr "
+    "RETURNING jobs.id, jobs.type, jobs.status, jobs.attempt), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
-    "AND job_attempts.attempt = done.attempt) SELECT *, CASE WHEN done.type = "
+    "AND job_attempts.attempt = done.attempt) SELECT id, type, status, CASE WHEN done.type = "
     "ANY(CAST(:slot_types AS VARCHAR[])) THEN pg_notify(:channel, '') END AS notified "
     "FROM done").bindparams(channel=listen.CHANNEL)
 _ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")

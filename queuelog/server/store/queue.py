@@ -17,7 +17,7 @@ from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete,
 
 from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
                                      WrongState)
-from queuelog.model.jobs import FINISHED, Job, Outcome, Status, backoff_seconds
+from queuelog.model.jobs import FINISHED, Done, Job, Outcome, Status, backoff_seconds
 from queuelog.model.limits import Limits
 from queuelog.server.store import claim_policy
 from queuelog.server.store.accounts import ACTIVE_KEY, is_key
@@ -374,10 +374,11 @@ class Queue(Enqueue):
         return self._write.begin()
 
     def complete_many(self, worker: str, items: Sequence[tuple[int, int, str | None]],
-                      ) -> list[Job | QueuelogError]:
+                      ) -> list[Done | QueuelogError]:
         """Complete many held jobs (id, attempt, result JSON; ids distinct) in one
         transaction, each fenced on its own: a refused item changes nothing and is answered
-        by its error.
+        by its error; a completed one by its id, type and status (``Done``: SQLite made
+        every column of each returned row inside the lock, and each a ``Job`` after it).
 
         One UPDATE joins the items, one JSON text, to their rows (SQLite ``json_each``,
         PostgreSQL ``jsonb_array_elements``: dialect.py) and returns the rows it completed;
@@ -412,8 +413,7 @@ class Queue(Enqueue):
                 self.on_jobs_written()
                 self._freed(conn, [r.type for r in done if not isinstance(r, QueuelogError)],
                             told=self.dialect.complete_rows_close_attempts)
-        # The jobs are built after the commit, as claim_many's.
-        return [r if isinstance(r, QueuelogError) else Job.from_row(r) for r in done]
+        return [r if isinstance(r, QueuelogError) else Done.from_row(r) for r in done]
 
     def _complete_one(self, conn: Connection, now: int, job_id: int, worker: str,
                       attempt: int, result_json: str | None) -> Job | QueuelogError:
