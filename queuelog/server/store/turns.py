@@ -157,14 +157,17 @@ class WriteTurns:
         except BaseException as e:  # noqa: BLE001 - every writer of the group raises it
             group.error = e
         finally:
-            if group.error is None:  # committed: the next process may write meanwhile
-                _unlock(group.fd)
-            # Back to the pool (its check-in sends the wake-ups: dialect.py); a transaction
-            # left open is rolled back, before the lock is freed.
-            group.conn.close()
-            if group.error is not None:
-                _unlock(group.fd)
-            group.done.set()
+            committed = group.error is None
+            try:
+                if committed:  # the next process may write meanwhile
+                    _unlock(group.fd)
+                # Back to the pool (its check-in sends the wake-ups: dialect.py); a
+                # transaction left open is rolled back, before the lock is freed.
+                group.conn.close()
+            finally:
+                if not committed:
+                    _unlock(group.fd)
+                group.done.set()  # whatever happened above: no writer waits forever
         self._commits += 1
         if self._commits % CHECKPOINT_EVERY == 0 and self._checkpointing.acquire(
                 blocking=False):
