@@ -113,3 +113,25 @@ def test_a_batchs_jobs_are_their_rows_as_stored(store, clock):
     assert [store.get(j.id).with_attempts(None) for j in got] == got  # type: ignore[arg-type]
     assert got[1].payload == {"i": 1, "x": [1.5, None, "é", "\x00"]}
     assert got[4].max_retries == 4
+
+
+def test_a_batch_complete_is_its_statement_alone_where_it_closes_the_attempts(store):
+    """PostgreSQL's batch complete closes the attempts in its one UPDATE: it runs in
+    autocommit (no BEGIN and COMMIT round trips), as a single complete does."""
+    if not store.dialect.complete_rows_close_attempts:
+        pytest.skip("SQLite closes the attempts in a second statement: a transaction")
+    store.enqueue_many([NewJob("p", "email", "{}", 0, 3) for _ in range(3)])
+    held = store.claim_many("w1", 3, lease_seconds=60)
+    modes: list[bool] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if "UPDATE jobs" in statement:
+            modes.append(conn.connection.driver_connection.autocommit)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        got = store.complete_many("w1", [(j.id, j.attempt, None) for j in held])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    assert len(got) == 3 and not any(isinstance(g, Exception) for g in got)
+    assert modes == [True]

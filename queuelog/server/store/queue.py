@@ -388,7 +388,11 @@ class Queue(Enqueue):
         """
         if not items:
             return []
-        with self._write.begin() as conn:
+        # Where its one UPDATE closes the attempts too (PostgreSQL), the write is that
+        # statement alone, a transaction by itself: in autocommit, as a single complete's
+        # (no BEGIN and COMMIT round trips); the refused items' read is no write.
+        whole = self.dialect.complete_rows_close_attempts
+        with self.dialect.one_statement(self._write) if whole else self._write.begin() as conn:
             now = self.clock()
             rows = {r.id: r for r in self._complete_rows.rows(conn, {
                 "now": now, "wkr": worker, "slot_types": sorted(self.slot_types),
