@@ -81,12 +81,35 @@ def worker_database(url: str) -> str:
     return base.set(database=name).render_as_string(hide_password=False)
 
 
+# Held by the test process that uses a database, for its whole session (pg_ready).
+RUN_LOCK = 7262099
+
+
 @pytest.fixture(scope="session")
-def pg_ready() -> str:
-    """The PostgreSQL URL, its schema rebuilt through the migrations once per session."""
+def pg_ready() -> Iterator[str]:
+    """The PostgreSQL URL, its schema rebuilt through the migrations once per session.
+
+    Two test runs at once on one server would use the same databases and empty each
+    other's tables, failing at random: the second run is refused, saying why.
+    """
     if not PG_URL:
         pytest.skip(PG_SKIP)
     url = worker_database(PG_URL)
+    holder = create_engine(url, poolclass=NullPool).connect()
+    if not holder.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": RUN_LOCK}).scalar():
+        holder.close()
+        pytest.fail(f"Another test run is using the database {make_url(url).database} "
+                    "(its tables would be emptied under it): wait for it to end.",
+                    pytrace=False)
+    holder.commit()  # the session lock outlives the transaction: nothing left open
+    try:
+        yield _rebuilt(url)
+    finally:
+        holder.close()
+
+
+def _rebuilt(url: str) -> str:
+    """``url``, its schema dropped and made again through the migrations."""
     engine = create_engine(url)
     with engine.begin() as conn:
         metadata.drop_all(conn)
