@@ -28,6 +28,7 @@ _EXPANDING = re.compile(r"\(?__\[POSTCOMPILE_(\w+)\]\)?")
 # ``VALUES :rows`` (an expanding parameter after VALUES): a list of rows, each a tuple,
 # rendered as ``(?, ?), (?, ?)``: a multi-row INSERT.
 _VALUES_ROWS = re.compile(r"VALUES \(__\[POSTCOMPILE_(\w+)\]\)")
+_ROW_TEXTS_KEPT = 16
 
 
 class Prepared:
@@ -143,7 +144,9 @@ class Prepared:
         sql = self._texts.get(lengths)
         if sql is None:
             sql = self._expand({n: values[n] for n in self._lists})
-            if not self.row_lists:  # a rows text is as long as its rows: not kept
+            # A rows text is as long as its rows: kept for the first few counts seen
+            # (a single claim's one attempt, a batch's hundred), not for every count.
+            if not self.row_lists or len(self._texts) < _ROW_TEXTS_KEPT:
                 self._texts[lengths] = sql
         if self.positional:
             args: list[Any] = []
