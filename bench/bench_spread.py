@@ -18,6 +18,7 @@ import http.client
 import json
 import multiprocessing as mp
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -123,7 +124,8 @@ def main() -> None:
     ap.add_argument("--single", action="store_true")
     args = ap.parse_args()
     for _ in range(args.rounds):
-        url = args.database_url or f"sqlite:///{tempfile.mkdtemp(prefix='ql-spread-')}/q.db"
+        folder = None if args.database_url else tempfile.mkdtemp(prefix="ql-spread-")
+        url = args.database_url or f"sqlite:///{folder}/q.db"
         if url.startswith("postgresql"):
             from sqlalchemy import create_engine, text
             from queuelog import create_app
@@ -132,7 +134,11 @@ def main() -> None:
             with create_engine(url).begin() as conn:
                 conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, job_counts, "
                                   "job_count_deltas CASCADE"))
-        print(one_round(url, args.requests, args.single), flush=True)
+        try:
+            print(one_round(url, args.requests, args.single), flush=True)
+        finally:
+            if folder is not None:  # the database, its WAL and its wake-up folder
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -10,20 +10,23 @@
 
 CPU time (``time.process_time``) depends less on how busy the machine is than wall-clock
 rates (measured here: up to 1.6x under load 10-16); callgrind's instruction counts (only
-the measured calls are instrumented) do not depend on it at all: use them for before/after. Each figure is the
-median over rounds of (CPU seconds / calls) in microseconds: a single enqueue, claim and
-complete, and one request of each kind in batches of 100 (reported per request and per job).
+the measured calls are instrumented) do not depend on it at all: use them for before/after.
+It prints the minimum and the median over rounds of (CPU seconds / calls) in microseconds: a
+single enqueue, claim and complete, and one request of each kind in batches of 100 (reported
+per request and per job). Its temporary folder is removed at the end.
 The PostgreSQL database must be one for benchmarks: its queuelog tables are emptied.
 """
 from __future__ import annotations
 
 import argparse
+import atexit
 import cProfile
 import io
 import os
 import pstats
 import re
 import statistics
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -140,6 +143,7 @@ def main() -> None:
                          "--instr-atstart=no) instead of CPU time")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="ql-profile-")
+    atexit.register(shutil.rmtree, workdir, True)  # the database, its WAL and wake-up folder
     url = args.database_url or f"sqlite:///{workdir}/bench.db"
     calls = Calls(make_app(url, workdir))
     calls.enqueue(20)  # warm: statement caches, psycopg's prepared statements
