@@ -69,7 +69,7 @@ def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
     store.enqueue(NewJob("p", "email", "{}", 0, 3, idempotency_key="k", request_hash="h"))
     with pytest.raises(IntegrityError):  # what enqueue's race handling catches
         with store._write.begin() as conn:
-            store._insert_many(conn, [store._values(NewJob("p", "email", "{}", 0, 3), 0),
+            store._insert_new(conn, [store._values(NewJob("p", "email", "{}", 0, 3), 0),
                                       store._values(NewJob("p", "email", "{}", 0, 3,
                                                            idempotency_key="k"), 0)])
     with store.engine.connect() as conn:
@@ -99,7 +99,7 @@ def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, mon
     rows[-1]["type"] = None  # NOT NULL: the third statement fails
     with pytest.raises(IntegrityError):
         with store._write.begin() as conn:
-            store._insert_many(conn, rows)
+            store._insert_new(conn, rows)
     with store.engine.connect() as conn:
         assert len(conn.execute(select(jobs.c.id)).all()) == 8
 

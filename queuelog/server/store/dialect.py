@@ -163,8 +163,8 @@ class Dialect:
 
     def complete_rows(self) -> TextClause:
         """One UPDATE completing many held jobs, each fenced on its own (running, this
-        worker, this attempt); each completed row's id, type and status returned. Parameters: ``now``, ``wkr``
-        and ``complete_params(items)``."""
+        worker, this attempt); each completed row's id, type and status returned.
+        Parameters: ``now``, ``wkr`` and ``complete_params(items)``."""
         raise NotImplementedError
 
     def complete_params(self, items: Sequence[tuple[int, int, str | None]]) -> dict[str, Any]:

@@ -76,14 +76,18 @@ class Enqueue:
         self._insert_rows = Prepared(self.dialect.insert_rows(
             jobs, _NEW_COLUMNS, returning=("id",), notifying=True), sa_dialect)
 
-    def _insert_many(self, conn: Connection, values: list[dict[str, Any]],
-                     params: list[dict[str, Any]] | None = None) -> list[int]:
-        """Insert the rows (``params``: their ``rows_params``, if made already); their ids,
-        in the order given (RETURNING has no order of its own; they ascend in the rows'
-        order). Only the ids: SQLite made each returned row's columns in the lock."""
+    def _insert_new(self, conn: Connection, values: list[dict[str, Any]],
+                    params: list[dict[str, Any]] | None = None) -> list[int]:
+        """Insert new jobs' rows (``params``: their ``rows_params``, if made already), one
+        wake-up for them all; their ids, in the order given (RETURNING has no order of its
+        own; they ascend in the rows' order). Only the ids: SQLite made each returned
+        row's columns in the lock (``_rows`` makes the rest)."""
         if params is None:
             params = self.dialect.rows_params(_NEW_COLUMNS, values)
-        return sorted(row.id for p in params for row in self._insert_rows.rows(conn, p))
+        ids = sorted(row.id for p in params for row in self._insert_rows.rows(conn, p))
+        self.dialect.notify(conn, told=True)
+        self.on_jobs_written()
+        return ids
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
@@ -130,9 +134,7 @@ class Enqueue:
             values = [self._values(new, now) for new in news]
             params = self.dialect.rows_params(_NEW_COLUMNS, values)
             with self.dialect.one_statement(self._write) as conn:
-                ids = self._insert_many(conn, values, params)
-                self.dialect.notify(conn, told=True)  # one wake-up for the whole batch
-                self.on_jobs_written()
+                ids = self._insert_new(conn, values, params)
             return [Job.from_row(r) for r in _rows(ids, values)], []
         for _ in range(5):
             try:
@@ -171,10 +173,8 @@ class Enqueue:
                                       "before for a different request.", errors=mismatched)
         if fresh:
             values = [self._values(news[i], now) for i in fresh]
-            for i, row in zip(fresh, _rows(self._insert_many(conn, values), values)):
+            for i, row in zip(fresh, _rows(self._insert_new(conn, values), values)):
                 out[i] = row
-            self.dialect.notify(conn, told=True)  # one wake-up for the whole batch
-            self.on_jobs_written()
         return out, replayed
 
     def _values(self, new: NewJob, now: int) -> dict[str, Any]:
