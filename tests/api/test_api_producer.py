@@ -38,6 +38,19 @@ def test_enqueue_answers_201_with_the_job_and_its_location(client, producer, clo
     assert client.get(resp.headers["Location"], headers=producer).json["id"] == job["id"]
 
 
+def test_the_location_is_the_jobs_url_under_a_mount_point_too(app, client, producer):
+    """The Location header is written out (not url_for): it equals url_for's, mounted
+    under a prefix (SCRIPT_NAME) as well as at the root."""
+    from flask import url_for
+    for root in ("", "/queue"):
+        resp = client.post("/jobs", json={"type": "email", "payload": {}}, headers=producer,
+                           base_url=f"http://localhost{root}")
+        assert resp.status_code == 201
+        with app.test_request_context(base_url=f"http://localhost{root}"):
+            want = url_for("read.get_job", job_id=resp.json["id"])
+        assert resp.headers["Location"] == want == f"{root}/jobs/{resp.json['id']}"
+
+
 def test_enqueue_defaults(client, producer):
     job = client.post("/jobs", json={"type": "email"}, headers=producer).json
     assert (job["priority"], job["max_retries"], job["payload"]) == ("low", 3, {})

@@ -177,3 +177,87 @@ def test_writers_waiting_together_share_one_commit(tmp_path: Path):
         producers = [r[0] for r in conn.execute(select(jobs.c.producer))]
     assert producers == ["a"] and len(commits) == 1
     store.close()
+
+
+def _synced(monkeypatch: Any, store: Store) -> list[tuple[str, bool]]:
+    """Record each fdatasync the turns make: the file, and whether the writers' lock was
+    free at that moment (another process could have written meanwhile)."""
+    import fcntl
+    import os
+    from queuelog.server.store import turns
+    calls: list[tuple[str, bool]] = []
+    real = os.fdatasync
+    lock_path = store._write.path
+
+    def recording(fd: int) -> None:
+        other = os.open(lock_path, os.O_RDWR)
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            free = True
+            fcntl.flock(other, fcntl.LOCK_UN)
+        except BlockingIOError:
+            free = False
+        finally:
+            os.close(other)
+        calls.append((os.readlink(f"/proc/self/fd/{fd}"), free))
+        real(fd)
+
+    monkeypatch.setattr(turns.os, "fdatasync", recording)
+    return calls
+
+
+def test_under_full_each_commit_is_synced_after_the_turn_before_the_answer(
+        tmp_path: Path, monkeypatch: Any):
+    """FULL: the COMMIT skips its fsync inside the turn and the WAL file is fdatasynced
+    after the turn, once per commit, before the write returns; the pooled connection is
+    FULL again for whoever writes on it outside the turns."""
+    store = Store(f"sqlite:///{tmp_path}/full.db", sqlite_synchronous="FULL")
+    store.create_schema()
+    calls = _synced(monkeypatch, store)
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    assert calls == [(str(tmp_path / "full.db-wal"), True)]
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
+    store.enqueue_many([NewJob("p", "email", "{}", 0, 3)] * 3)
+    assert len(calls) == 2
+    store.close()
+
+
+def test_normal_leaves_the_sync_to_sqlite(tmp_path: Path, monkeypatch: Any):
+    """NORMAL (and OFF) ask for no fsync at commit: the turns make none either."""
+    store = Store(f"sqlite:///{tmp_path}/normal.db", sqlite_synchronous="NORMAL")
+    store.create_schema()
+    calls = _synced(monkeypatch, store)
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    assert calls == []
+    store.close()
+
+
+def test_a_failed_commit_never_returns_a_connection_that_skips_its_fsync(
+        tmp_path: Path, monkeypatch: Any):
+    """A group whose COMMIT fails fails its writer, and its connection (set to skip the
+    fsync) is dropped, not pooled: the next writer's connection syncs as configured."""
+    from queuelog.server.store import turns
+    store = Store(f"sqlite:///{tmp_path}/failed.db", sqlite_synchronous="FULL")
+    store.create_schema()
+    real = turns._Group.__init__
+
+    def failing_commit(self: Any, *args: Any) -> None:
+        real(self, *args)
+        def commit() -> None:
+            raise OSError("disk I/O error")
+        self.transaction = type("T", (), {"commit": staticmethod(commit),
+                                          "is_active": True})()
+
+    monkeypatch.setattr(turns._Group, "__init__", failing_commit)
+    try:
+        store.enqueue(NewJob("p", "email", "{}", 0, 3))
+        raise AssertionError("the failed commit was not raised")
+    except OSError:
+        pass
+    monkeypatch.setattr(turns._Group, "__init__", real)
+    pool = store.engine.pool
+    with store.engine.connect() as conn:  # every pooled connection: FULL
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
+    assert pool.checkedout() == 0
+    store.close()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from flask import Blueprint, current_app, request, url_for
+from flask import Blueprint, current_app, request
 
 from queuelog.server import actions
 from queuelog.server.auth import Principal, current_user, require
@@ -33,7 +33,10 @@ def enqueue() -> Any:
     new = parse_new_job(data, who, "", errors, header)
     field_errors(errors)
     job, created = actions.enqueue(who, new)  # 403 past the key's limits
-    location = {"Location": url_for("read.get_job", job_id=job.id)}
+    # The path of read.get_job, written out: url_for built a URL adapter for it on every
+    # enqueue (4% of a single enqueue's Python time under gunicorn). A test pins the two
+    # equal, under a mount point too.
+    location = {"Location": f"{request.script_root}/jobs/{job.id}"}
     if created:
         return job_json(job), 201, location
     return job_json(job), 200, {"Idempotent-Replayed": "true", **location}

@@ -252,6 +252,12 @@ class SQLiteDialect(Dialect):
                                connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", lambda dbapi_conn, _: _on_connect(dbapi_conn, synchronous))
         event.listen(engine, "begin", _on_begin)
+        folder = _wake_folder(engine)
+        # FULL: the writers' turns make each commit's fsync themselves, after the turn.
+        wal = (os.path.abspath(engine.url.database or "") + "-wal"
+               if folder is not None and synchronous == "FULL" else None)
+        engine.__dict__["_queuelog_turns"] = WriteTurns(
+            engine.execution_options(sqlite_immediate=True), folder, wal=wal)
         return engine
 
     def writer(self, engine: Engine) -> Any:

@@ -11,6 +11,18 @@ only then ``BEGIN IMMEDIATE``, which now finds the database free; the turn ends 
 the COMMIT. SQLite's busy timeout still bounds the wait for a writer outside this scheme
 (the sqlite3 shell, an older queuelog).
 
+Under ``SQLITE_SYNCHRONOUS=FULL`` the fsync is made out of turn, too (``wal``): a group
+commits with ``synchronous=NORMAL`` (WAL frames written, not synced), frees the locks, and
+then fdatasyncs the WAL file before any of its writers is answered. The answer waits for
+the disk as before; the next writer does not (measured: the lock was held through the
+fsync, which bounded 4 clients' single calls). One fsync of the file covers every commit
+appended before it, so the fsyncs of processes overlap. SQLite's own NORMAL keeps the WAL
+consistent after a crash (frames are checksummed; it syncs the WAL before a checkpoint and
+the database after, and the WAL's header when it is reused), so a frame is durable once
+synced here or copied by a checkpoint. Other writers on the file see a commit before it is
+synced; any write of theirs is appended after it and synced (here, or by FULL) before they
+answer, so nothing answered rests on a commit a crash can undo.
+
 Checkpoints are made out of turn (``CHECKPOINT_EVERY``). The flock has no timeout: it is
 held only across one write transaction of a queuelog process on this database, whose
 SQLite lock would stop the others just as long, and the kernel drops it when its holder
@@ -48,8 +60,9 @@ _ROLLBACK_TO = "ROLLBACK TO queuelog_writer"
 class _Group:
     """One SQLite transaction that the writers of a burst share (see ``WriteTurns``)."""
 
-    def __init__(self, conn: Connection, fd: int | None) -> None:
+    def __init__(self, conn: Connection, fd: int | None, deferred: bool) -> None:
         self.conn, self.fd = conn, fd
+        self.deferred = deferred  # its COMMIT skips the fsync; ``WriteTurns._finish`` syncs
         self.transaction = conn.begin()  # BEGIN IMMEDIATE (dialect.py): the write lock
         self.members = 0
         self.done = threading.Event()
@@ -67,9 +80,13 @@ class WriteTurns:
     commit fails every writer of the group.
     """
 
-    def __init__(self, engine: Engine, folder: str | None) -> None:
+    def __init__(self, engine: Engine, folder: str | None, *, wal: str | None = None) -> None:
         self.engine = engine
         self.path = None if folder is None else os.path.join(folder, LOCK_FILE)
+        # The WAL file this process fdatasyncs after each group's commit, out of turn (the
+        # module docstring): FULL's durability; None: each COMMIT syncs as configured.
+        self.wal = wal
+        self._wal_checked = wal is None
         self._mutex = threading.Lock()
         self._owner: int | None = None   # the thread whose write is running now
         self._waiting = 0                # writers of this process waiting for their turn
@@ -122,10 +139,16 @@ class WriteTurns:
             driver.execute(_RELEASE)  # type: ignore[union-attr]
         finally:
             self._owner = None
-            if group is not None and (group.error is not None or group.members >= GROUP_MAX
-                                      or self._waiting == 0):
-                self._close(group)
-            self._mutex.release()
+            closing = group is not None and (group.error is not None
+                                             or group.members >= GROUP_MAX
+                                             or self._waiting == 0)
+            try:
+                if closing:
+                    self._close(group)  # type: ignore[arg-type]
+            finally:
+                self._mutex.release()
+                if closing:
+                    self._finish(group)  # type: ignore[arg-type]
         group.done.wait()  # outside the turn: the next writer may join the group meanwhile
         if group.error is not None:
             raise group.error
@@ -138,18 +161,23 @@ class WriteTurns:
         try:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+            deferred = False
             try:
-                self._group = _Group(conn, fd)
+                deferred = self._defer_sync(conn)
+                self._group = _Group(conn, fd, deferred)
             except BaseException:
                 _unlock(fd)
                 raise
         except BaseException:
+            if deferred:
+                conn.invalidate()  # never back to the pool without its fsync
             conn.close()
             raise
         return self._group
 
     def _close(self, group: _Group) -> None:
-        """Commit the group (or roll back a broken one), free the lock, tell its writers."""
+        """Commit the group (or roll back a broken one) and free the lock; ``_finish``
+        then answers its writers."""
         self._group = None
         try:
             if group.error is None:
@@ -161,13 +189,14 @@ class WriteTurns:
             try:
                 if committed:  # the next process may write meanwhile
                     _unlock(group.fd)
+                if group.deferred:
+                    _sync_again(group.conn, committed)
                 # Back to the pool (its check-in sends the wake-ups: dialect.py); a
                 # transaction left open is rolled back, before the lock is freed.
                 group.conn.close()
             finally:
                 if not committed:
                     _unlock(group.fd)
-                group.done.set()  # whatever happened above: no writer waits forever
         self._commits += 1
         if self._commits % CHECKPOINT_EVERY == 0 and self._checkpointing.acquire(
                 blocking=False):
@@ -175,6 +204,34 @@ class WriteTurns:
             # not after the copy and its fsync (in it, they were a 40-sample bench's p99).
             threading.Thread(target=self._checkpoint, daemon=True,
                              name="queuelog-checkpoint").start()
+
+    def _finish(self, group: _Group) -> None:
+        """Sync the group's commit (if deferred: out of every lock), then answer its
+        writers, whatever happened: no writer waits forever."""
+        try:
+            if group.deferred and group.error is None:
+                _fdatasync(self.wal)  # type: ignore[arg-type]
+        except BaseException as e:  # noqa: BLE001 - every writer of the group raises it
+            group.error = e
+        finally:
+            group.done.set()
+
+    def _defer_sync(self, conn: Connection) -> bool:
+        """Let the next COMMIT on ``conn`` skip its fsync (``_finish`` makes it), where
+        ``wal`` is set and the database is in WAL mode (checked once: the sync is of the
+        WAL file). Whether it does."""
+        if self.wal is None:
+            return False
+        driver = conn.connection.dbapi_connection
+        if not self._wal_checked:
+            mode = driver.execute("PRAGMA journal_mode").fetchone()[0]  # type: ignore[union-attr]
+            self._wal_checked = True
+            if str(mode).lower() != "wal":
+                self.wal = None
+                return False
+        # Before BEGIN: SQLite refuses to change it inside a transaction.
+        driver.execute("PRAGMA synchronous=NORMAL")  # type: ignore[union-attr]
+        return True
 
     def _checkpoint(self) -> None:
         """Copy the WAL into the database, outside every turn (writers go on meanwhile);
@@ -198,6 +255,29 @@ class WriteTurns:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self._pid = os.getpid()
         return self._fd
+
+
+def _fdatasync(path: str) -> None:
+    """Flush a file's data to the disk (opened by name each time: no descriptor to
+    outlive a WAL file that SQLite removed and made again)."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_again(conn: Connection, committed: bool) -> None:
+    """Put a deferring group's connection back to FULL before the pool has it again; if
+    its transaction is still open (a failed commit), drop the connection instead."""
+    if committed:
+        try:
+            conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
+                "PRAGMA synchronous=FULL")
+            return
+        except Exception:  # noqa: BLE001 - a connection that refuses is not kept
+            pass
+    conn.invalidate()
 
 
 def _unlock(fd: int | None) -> None:
