@@ -17,7 +17,8 @@ then fdatasyncs the WAL file before any of its writers is answered. The answer w
 the disk as before; the next writer does not (measured: the lock was held through the
 fsync, which bounded 4 clients' single calls). One fsync of the file covers every commit
 appended before it, so the fsyncs of processes overlap. SQLite's own NORMAL keeps the WAL
-consistent after a crash (frames are checksummed; it syncs the WAL before a checkpoint and
+consistent after a crash (frames are checksummed in a chain, so a crash keeps a prefix of
+the commits; it syncs the WAL before a checkpoint and
 the database after, and the WAL's header when it is reused), so a frame is durable once
 synced here or copied by a checkpoint. Other writers on the file see a commit before it is
 synced; any write of theirs is appended after it and synced (here, or by FULL) before they
@@ -75,9 +76,10 @@ class WriteTurns:
     Group commit: a writer whose turn ends while others of its process wait for theirs
     leaves the transaction open, and the next writes in it, each in a SAVEPOINT of its
     own (a write that fails undoes itself alone); the last of the burst (or the
-    ``GROUP_MAX``-th) commits, with one fsync for all. Every writer returns only once
-    that commit is done, so no answer is given before its write is durable; a failed
-    commit fails every writer of the group.
+    ``GROUP_MAX``-th) commits, with one fsync for all (made after the turn where ``wal``
+    is set). Every writer returns only once that commit is done and synced, so no answer
+    is given before its write is durable; a failed commit or sync fails every writer of
+    the group.
     """
 
     def __init__(self, engine: Engine, folder: str | None, *, wal: str | None = None) -> None:
