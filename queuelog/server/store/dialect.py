@@ -252,18 +252,13 @@ class SQLiteDialect(Dialect):
                                connect_args={"timeout": 30, "check_same_thread": False})
         event.listen(engine, "connect", lambda dbapi_conn, _: _on_connect(dbapi_conn, synchronous))
         event.listen(engine, "begin", _on_begin)
-        folder = _wake_folder(engine)
-        # FULL: the writers' turns make each commit's fsync themselves, after the turn.
-        wal = (os.path.abspath(engine.url.database or "") + "-wal"
-               if folder is not None and synchronous == "FULL" else None)
-        engine.__dict__["_queuelog_turns"] = WriteTurns(
-            engine.execution_options(sqlite_immediate=True), folder, wal=wal)
+        engine.__dict__[_TURNS] = _turns(engine, synchronous)
         return engine
 
     def writer(self, engine: Engine) -> Any:
         """The same engine (and pool), beginning its transactions IMMEDIATE, each in its
         writer's turn (turns.py): one per process, then one process at a time."""
-        return _turns(engine)
+        return engine.__dict__[_TURNS]
 
     def yield_lock(self, started: float) -> None:
         """Leave the write lock free as long as the batch held it.
@@ -340,21 +335,29 @@ class SQLiteDialect(Dialect):
         return None if folder is None else listen.SocketListener(folder, ring)
 
 
-def _turns(engine: Engine) -> WriteTurns:
-    """One ``WriteTurns`` per engine (every store verb's writer shares its mutex)."""
-    turns = engine.__dict__.get("_queuelog_turns")
-    if turns is None:
-        turns = engine.__dict__["_queuelog_turns"] = WriteTurns(
-            engine.execution_options(sqlite_immediate=True), _wake_folder(engine))
-    return turns
+_TURNS = "_queuelog_turns"  # the engine's WriteTurns, in its __dict__ (create_engine)
+
+
+def _turns(engine: Engine, synchronous: str) -> WriteTurns:
+    """The engine's one ``WriteTurns`` (every store verb's writer shares its mutex); under
+    FULL the turns make each commit's fsync themselves, after the turn (turns.py)."""
+    database = _database_file(engine)
+    return WriteTurns(engine.execution_options(sqlite_immediate=True), _wake_folder(engine),
+                      wal=database + "-wal" if database and synchronous == "FULL" else None)
+
+
+def _database_file(engine: Engine) -> str | None:
+    """The database file's absolute path; None for an in-memory or URI database."""
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    return os.path.abspath(database)
 
 
 def _wake_folder(engine: Engine) -> str | None:
     """``<database file>-wake``: the processes that share a file share its folder."""
-    database = engine.url.database
-    if not database or database == ":memory:" or database.startswith("file:"):
-        return None
-    return os.path.abspath(database) + "-wake"
+    database = _database_file(engine)
+    return None if database is None else database + "-wake"
 
 
 # The claim's walk; ``typed`` and ``policy`` are SQL from this package (never a value):
