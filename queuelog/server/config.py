@@ -183,11 +183,11 @@ def check_schedules(config: Any) -> None:
     """Each of ``SCHEDULES``: a name, a cron and zone, and a job ``POST /jobs`` would take."""
     from queuelog.server import cron
     from queuelog.server.requests.bodies import new_job
-    from queuelog.server.requests.check import Declared
+    from queuelog.server.requests.check import declared
     schedules = config["SCHEDULES"]
     if not isinstance(schedules, dict):
         raise ConfigError("SCHEDULES must be a mapping of schedule name to options")
-    job = Declared(new_job(config)) if schedules else None
+    job = declared(new_job(config)) if schedules else None
     for name, opts in schedules.items():
         at = f"SCHEDULES[{name!r}]"
         if not is_name(name) or len(name) > MAX_SCHEDULE_NAME or "/" in name:

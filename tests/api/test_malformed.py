@@ -13,7 +13,7 @@ from typing import Any, Iterator, NamedTuple
 import pytest
 from werkzeug.security import generate_password_hash
 
-from conftest import BACKENDS, FakeClock, _truncate_pg
+from conftest import BACKENDS, FakeClock, _empty_pg
 from queuelog import create_app
 from queuelog.server.store import NewJob, Store
 
@@ -191,7 +191,7 @@ def env(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Iterator[dict[
         url = f"sqlite:///{tmp_path_factory.mktemp('malformed')}/queuelog.sqlite3"
     else:
         url = request.getfixturevalue("pg_ready")
-        _truncate_pg(url)
+        _empty_pg(url)
     built = build(url)
     yield built
     built["store"].close()

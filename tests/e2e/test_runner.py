@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 import server_process
-from conftest import BACKENDS, _truncate_pg
+from conftest import BACKENDS, _empty_pg
 from server_process import ROOT, Server, make_keys
 
 from queuelog.client import Client
@@ -90,7 +90,7 @@ def live(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Iterator[Live
         url = f"sqlite:///{tmp}/runner.sqlite3"
     else:
         url = request.getfixturevalue("pg_ready")
-        _truncate_pg(url)
+        _empty_pg(url)
     server = Live(url, str(tmp / "server.log"))
     yield server
     server.server.stop()

@@ -20,9 +20,19 @@ pytestmark = pytest.mark.slow
 SECOND = 1_000_000
 SCHEDULES = {"every": {"cron": "* * * * * *", "type": "email"},
              "caught": {"cron": "* * * * * *", "type": "email", "catch_up": True}}
-RUN_FOR = 4.0        # seconds both servers tick: four ticks, each raced by four processes
+RUN_TICKS = 4        # ticks made while both servers run, each raced by four processes
 DOWN_FOR = 3.6       # seconds no server runs: over three ticks
 LAG_BOUND = 5.0      # seconds from a tick to its job (the contract says 2: room for a busy box)
+DEADLINE = 30.0      # seconds to wait for ticks on a box busy with other tests
+
+
+def wait_for_ticks(db_url: str, count: int, after: int = 0) -> None:
+    """Poll (no fixed sleep: a busy box boots gunicorn slowly) until ``count`` ticks of
+    ``every`` later than ``after`` have jobs; fail at the deadline."""
+    deadline = time.monotonic() + DEADLINE
+    while len([t for t, _ in jobs_of(db_url, "every") if t > after]) < count:
+        assert time.monotonic() < deadline, f"fewer than {count} ticks in {DEADLINE} s"
+        time.sleep(0.2)
 
 
 def jobs_of(db_url: str, name: str) -> list[tuple[int, int]]:
@@ -41,7 +51,7 @@ def test_four_processes_make_one_job_per_tick_and_none_while_down(db_url: str,
     try:
         for s in servers:
             s.start()
-        time.sleep(RUN_FOR)
+        wait_for_ticks(db_url, RUN_TICKS)
     finally:
         for s in servers:
             s.stop()
@@ -49,7 +59,7 @@ def test_four_processes_make_one_job_per_tick_and_none_while_down(db_url: str,
     up = jobs_of(db_url, "every")
     ticks = [t for t, _ in up]
     # One job per tick: no tick twice, none skipped between the first and the last.
-    assert len(ticks) >= RUN_FOR - 2, up
+    assert len(ticks) >= RUN_TICKS, up
     assert ticks == list(range(ticks[0], ticks[-1] + SECOND, SECOND))
     assert max(created - tick for tick, created in up) < LAG_BOUND * SECOND
     assert ticks[-1] <= stopped * SECOND
@@ -58,7 +68,7 @@ def test_four_processes_make_one_job_per_tick_and_none_while_down(db_url: str,
     again = Server(db_url, str(tmp_path / "again.log"), workers=2, threads=4, env=env)
     try:
         again.start()
-        time.sleep(3.0)
+        wait_for_ticks(db_url, 2, after=ticks[-1])
     finally:
         again.stop()
     after = [t for t, _ in jobs_of(db_url, "every") if t > ticks[-1]]

@@ -14,7 +14,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from conftest import BACKENDS, _truncate_pg
+from conftest import BACKENDS, _empty_pg
 from server_process import Server, make_keys, request, table_rows
 
 pytestmark = pytest.mark.slow
@@ -65,7 +65,7 @@ def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         url = f"sqlite:///{path}"
     else:
         url = request.getfixturevalue("pg_ready")
-        _truncate_pg(url)
+        _empty_pg(url)
     keys = make_keys(url, {"producer": "producer", "worker": "worker", "root": "admin"})
     env = {"QUEUELOG_LONG_POLL_LOOK_SECONDS": "60"}
     a = Server(url, str(folder / "a.log"), workers=1, threads=4, env=env).start()
