@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from queuelog.server.config import DEFAULTS
 from queuelog.server.requests.bodies import bodies
-from queuelog.server.requests.check import Declared
+from queuelog.server.requests.check import Declared, declared
 from queuelog.server.requests.explain import FieldErrors
 from queuelog.server.requests.parse import OUT_OF_RANGE
 
@@ -183,3 +183,13 @@ def test_a_422_lists_at_most_100_errors_and_stops_looking() -> None:
     assert len(found) == 100 and found.full
     assert found[0] == {"field": "jobs[0].x0", "detail": "Unknown field."}
     assert found.at("jobs[499]")  # past the cap, every item counts as bad: none is enqueued
+
+
+def test_a_declaration_is_compiled_once_per_process_and_only_for_its_own_settings() -> None:
+    """Apps with the same settings share a compiled declaration; other job types do not."""
+    same = bodies({**DEFAULTS, "MAX_BATCH": 3})["NewJob"]
+    assert declared(same) is declared(BODIES["NewJob"])
+    other = bodies({**DEFAULTS, "MAX_BATCH": 3, "JOB_TYPES": {"fax": {}}})["NewJob"]
+    assert declared(other) is not declared(same)
+    job = {"type": "fax", "payload": {}}
+    assert declared(other).passes(job) and not declared(same).passes(job)
