@@ -27,7 +27,8 @@ from conftest import BACKENDS
 from queuelog import create_app
 from queuelog.model.jobs import Status
 from queuelog.server.store.tables import job_counts, metadata, paused_types, type_limits
-from queuelog.server.store import NewJob, Store, migrate
+from queuelog.server import migrations
+from queuelog.server.store import NewJob, Store, migrate, revisions
 from queuelog.server.store.migrate import alembic_config, current, head, scripts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -334,5 +335,30 @@ def test_postgresql_jobs_table_vacuums_early(fresh_url):
                 "SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass").scalar() or ())
         assert {"fillfactor=80", "autovacuum_vacuum_scale_factor=0.01",
                 "autovacuum_vacuum_cost_delay=0"} <= options
+    finally:
+        store.close()
+
+
+def test_the_package_names_alembics_head() -> None:
+    """Store.create_schema trusts migrations.HEAD to skip Alembic on a database at head."""
+    assert migrations.HEAD == head() == HEAD
+
+
+def test_a_database_at_head_starts_without_alembic_and_a_behind_one_upgrades(
+        fresh_url, monkeypatch):
+    """At head: one read, no upgrade. One revision behind: the upgrade runs."""
+    store = Store(fresh_url)
+    try:
+        store.create_schema()
+        monkeypatch.setattr(migrate, "upgrade", lambda engine: pytest.fail("upgraded at head"))
+        store.create_schema()
+        assert revisions(store.engine) == [HEAD]
+        monkeypatch.undo()
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE alembic_version SET version_num = '0009'")
+        calls: list[Any] = []
+        monkeypatch.setattr(migrate, "upgrade", calls.append)
+        store.create_schema()
+        assert calls == [store.engine]
     finally:
         store.close()
