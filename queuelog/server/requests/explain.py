@@ -6,13 +6,11 @@ range, a date's parser before its pattern), so a client reads the cause, not its
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Iterable, Iterator
 
-import jsonschema
-from jsonschema import Draft202012Validator, FormatChecker
-from jsonschema._keywords import items as _items_keyword
 
 from queuelog.server.requests.bodies import PATTERN_DETAILS
 from queuelog.server.requests.parse import OUT_OF_RANGE, is_timestamp, timestamp_detail
@@ -76,17 +74,28 @@ def path_of(base: str, key: str | int) -> str:
     return f"{base}.{key}" if base else key
 
 
-def _items(validator: Any, items: Any, instance: Any, schema: JSON) -> Iterator[Any]:
-    # A list over its maxItems is not walked item by item: that error is enough, and a
-    # long list of bad items would cost its length in validation and errors.
-    if isinstance(instance, list) and len(instance) > schema.get("maxItems", math.inf):
-        return
-    yield from _items_keyword(validator, items, instance, schema)
+@functools.cache
+def _checker() -> tuple[Any, Any]:
+    """jsonschema's validator class (with our ``items``) and format checker, made once.
 
+    jsonschema is imported here, on the first body that fails its declaration, not when the
+    process starts: with its dependencies it cost every server and command start 47 ms.
+    """
+    import jsonschema
+    from jsonschema._keywords import items as items_keyword
 
-_Validator = jsonschema.validators.extend(Draft202012Validator, {"items": _items})
-_FORMATS = FormatChecker(formats=())
-_FORMATS.checks("date-time")(is_timestamp)
+    def items_unless_too_many(validator: Any, items: Any, instance: Any,
+                              schema: JSON) -> Iterator[Any]:
+        # A list over its maxItems is not walked item by item: that error is enough, and a
+        # long list of bad items would cost its length in validation and errors.
+        if isinstance(instance, list) and len(instance) > schema.get("maxItems", math.inf):
+            return
+        yield from items_keyword(validator, items, instance, schema)
+
+    formats = jsonschema.FormatChecker(formats=())
+    formats.checks("date-time")(is_timestamp)
+    return jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                        {"items": items_unless_too_many}), formats
 
 
 class Explainer:
@@ -94,7 +103,15 @@ class Explainer:
 
     def __init__(self, schema: JSON) -> None:
         self.schema = schema
-        self.validator = _Validator(schema, format_checker=_FORMATS)
+        self._validator: Any = None  # made on the first value that fails (see _checker)
+
+    @property
+    def validator(self) -> Any:
+        """jsonschema's validator for the declaration (two threads may each make one)."""
+        if self._validator is None:
+            cls, formats = _checker()
+            self._validator = cls(self.schema, format_checker=formats)
+        return self._validator
 
     def explain(self, data: Any, errors: FieldErrors, skip: set[str]) -> None:
         """Add ``data``'s errors to ``errors``, one per field; none at or inside ``skip``."""
