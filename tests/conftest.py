@@ -20,7 +20,7 @@ from sqlalchemy.pool import NullPool
 from helpers import add_user
 from queuelog import create_app
 from queuelog.model.jobs import Priority
-from queuelog.server.store.tables import metadata
+from queuelog.server.store.tables import job_count_deltas, job_counts, metadata
 from queuelog.server.store import Store
 
 # PYTHONDONTWRITEBYTECODE (set on some machines, this project's CI among them) made every
@@ -162,7 +162,7 @@ def _rebuilt(url: str) -> str:
 # Children before parents; the count tables last, since deleting jobs fires the (PostgreSQL)
 # triggers that write to them.
 _DELETES = [f"DELETE FROM {t.name}" for t in sorted(reversed(metadata.sorted_tables),
-                                                     key=lambda t: t.name.startswith("job_count"))]
+                                                     key=lambda t: t in (job_counts, job_count_deltas))]
 _PG_EMPTYING: dict[str, tuple[Any, str]] = {}
 
 

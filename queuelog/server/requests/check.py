@@ -131,7 +131,7 @@ def _int_fixer(schema: JSON) -> Callable[[Any], Any] | None:
 
 def _declared(app: Flask) -> dict[str, Declared]:
     # Looked up once per app (its job types and MAX_BATCH are in the schemas). Two threads
-    # racing here compile twice and keep one: harmless, and no lock on the hot path.
+    # racing here build the dict twice and keep one: harmless, and no lock on the hot path.
     found = app.extensions.get("queuelog.declared")
     if found is None:
         found = {name: declared(schema) for name, schema in

@@ -11,7 +11,6 @@ import itertools
 import math
 from typing import Any, Iterable, Iterator
 
-
 from queuelog.server.requests.bodies import PATTERN_DETAILS
 from queuelog.server.requests.parse import OUT_OF_RANGE, is_timestamp, timestamp_detail
 

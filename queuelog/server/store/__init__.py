@@ -7,8 +7,8 @@ import weakref
 from typing import Any, Mapping
 
 from flask import Flask, current_app
-from sqlalchemy.engine import make_url
 from sqlalchemy import text
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 
 from queuelog.model.problems import ConfigError
@@ -83,7 +83,7 @@ def _forget_pool(ref: "weakref.ReferenceType[Any]") -> None:
 _REVISIONS = text("SELECT version_num FROM alembic_version")
 
 
-def revisions(engine: Any) -> list[str]:
+def revisions(engine: Engine) -> list[str]:
     """The database's Alembic revisions, read without Alembic; none without its table."""
     try:
         with engine.connect() as conn:
