@@ -26,6 +26,8 @@ MACROS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 MAX_STEPS = 20_000
 _UTC = dt.timezone.utc
 SHIFT = dt.timedelta(hours=3)  # more than any zone's DST change (2 h at most)
+_SHIFT_US = 3 * 3600 * 1_000_000
+_SECOND = dt.timedelta(seconds=1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
 
 
@@ -56,9 +58,17 @@ class Cron:
 
     def latest_at_or_before(self, now_us: int) -> int | None:
         """The newest tick at or before ``now_us`` (catch_up's one missed tick)."""
+        wall = self._wall(now_us).replace(microsecond=0)
+        if self._steady(now_us):
+            # One UTC offset from SHIFT before now to SHIFT after: now is in no fold, so no
+            # wall time later than now's is an earlier instant, and a wall time's first
+            # occurrence never decreases as the wall time grows. The newest tick is the
+            # newest wall time at or before now's: one step back. (The walk below took
+            # 20,000 steps for an every-second schedule, seconds of CPU at every start.)
+            walls = croniter(self.expr, wall + _SECOND, second_at_beginning=True)
+            return self.instant(walls.get_prev(dt.datetime))
         # Walked back from SHIFT after now's wall time to SHIFT before it: in a fold, a wall
         # time later than now's can be an earlier instant (the first pass), and the newest.
-        wall = self._wall(now_us).replace(microsecond=0)
         walls = croniter(self.expr, wall + SHIFT, second_at_beginning=True)
         best: int | None = None
         for _ in range(MAX_STEPS):
@@ -69,6 +79,13 @@ class Cron:
             if best is not None and earlier < wall - SHIFT:
                 return best
         return best
+
+    def _steady(self, us: int) -> bool:
+        """Whether this zone keeps one UTC offset from SHIFT before ``us`` to SHIFT after
+        (its offset changes months apart, never twice within 2 * SHIFT)."""
+        offsets = {_at(t).astimezone(self.zone).utcoffset()
+                   for t in (us - _SHIFT_US, us, us + _SHIFT_US)}
+        return len(offsets) == 1
 
     def _wall(self, us: int) -> dt.datetime:
         """The naive wall-clock time of an instant in this zone."""

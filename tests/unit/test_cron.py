@@ -96,3 +96,33 @@ def test_the_newest_tick_at_or_before_now_in_the_fold():
 def test_bad_expressions_and_zones_say_what_is_wrong(expr, zone, says):
     with pytest.raises(ValueError, match=says):
         cron.parse(expr, zone)
+
+
+def test_the_newest_tick_away_from_a_dst_change_takes_one_step(monkeypatch):
+    # An every-second catch_up schedule walked 20,000 wall times back at each process's first
+    # look: seconds of CPU, and no tick of any schedule made meanwhile (found by the
+    # schedules e2e test on a loaded box: ticks 5-7 s late).
+    c = cron.parse("* * * * * *", "Europe/Berlin")
+    steps = []
+    real = cron.croniter.get_prev
+    monkeypatch.setattr(cron.croniter, "get_prev",
+                        lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
+    now = us(2026, 12, 3, 12, 0, 7) + 250_000
+    assert c.latest_at_or_before(now) == us(2026, 12, 3, 12, 0, 7)
+    assert len(steps) == 1
+    steps.clear()  # in the autumn fold the walk is still needed, and taken
+    assert c.latest_at_or_before(us(2026, 10, 25, 1, 40)) == us(2026, 10, 25, 0, 59, 59)
+    assert len(steps) > 1
+
+
+@pytest.mark.parametrize("expr, zone", [
+    ("*/15 * * * *", "Europe/Berlin"), ("30 2 * * *", "America/New_York"),
+    ("*/20 * * * * *", "Australia/Lord_Howe"), ("0 9 * * mon-fri", "UTC")])
+def test_one_step_and_the_walk_agree_away_from_dst_changes(monkeypatch, expr, zone):
+    c = cron.parse(expr, zone)
+    nows = [us(2026, m, d, h, mi, s) + 123_456 for m, d in ((1, 5), (6, 1), (12, 3))
+            for h, mi, s in ((0, 0, 0), (2, 30, 0), (9, 0, 0), (9, 14, 59), (23, 59, 59))]
+    fast = [c.latest_at_or_before(t) for t in nows]
+    monkeypatch.setattr(cron.Cron, "_steady", lambda self, t: False)
+    assert fast == [c.latest_at_or_before(t) for t in nows]
+    assert all(f is not None and f <= t for f, t in zip(fast, nows))
