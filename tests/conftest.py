@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 from werkzeug.routing import Rule
 
-from helpers import add_user
+from helpers import add_user, once_per_run
 from queuelog import create_app
 from queuelog.model.jobs import Priority
 from queuelog.server.store.tables import job_count_deltas, job_counts, metadata
@@ -247,17 +247,18 @@ def _empty_pg(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A SQLite file at the newest revision, built once; each test gets a copy of it."""
-    path = tmp_path_factory.mktemp("template") / "queuelog.sqlite3"
-    store = Store(f"sqlite:///{path}")
-    store.create_schema()
-    store.close()
-    # One self-contained file (no -wal beside it), so a plain copy is the whole database;
-    # the app turns WAL back on when it connects to the copy.
-    with contextlib.closing(sqlite3.connect(path)) as conn:
-        conn.execute("PRAGMA journal_mode=DELETE")
-    assert not path.with_name(path.name + "-wal").exists()
-    return path
+    """A SQLite file at the newest revision, built once a run; each test gets a copy of it."""
+    def build(folder: pathlib.Path) -> None:
+        path = folder / "queuelog.sqlite3"
+        store = Store(f"sqlite:///{path}")
+        store.create_schema()
+        store.close()
+        # One self-contained file (no -wal beside it), so a plain copy is the whole
+        # database; the app turns WAL back on when it connects to the copy.
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            conn.execute("PRAGMA journal_mode=DELETE")
+        assert not path.with_name(path.name + "-wal").exists()
+    return once_per_run(tmp_path_factory, "sqlite-template", build) / "queuelog.sqlite3"
 
 
 @pytest.fixture(params=BACKENDS)

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import base64
+import fcntl
 import json
+import os
+import pathlib
+import shutil
 import time
 from typing import Any, Callable
 
@@ -12,6 +16,30 @@ from werkzeug.security import generate_password_hash
 # For tests of request parsing and checks made before any SQL: running them on PostgreSQL too
 # would only repeat them.
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str,
+                 build: Callable[[pathlib.Path], None]) -> pathlib.Path:
+    """A folder ``build`` fills once per test run, shared by every pytest-xdist worker.
+
+    A session or module fixture runs once in each worker that needs it: the walk-through
+    and the wheels took 7-11 s of CPU apiece, two or three times a run. The first worker
+    builds under a lock, the others wait for it and read the result; nothing writes to it
+    afterwards. Outside xdist the folder is this run's own.
+    """
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    root = base.parent / f"shared-{run}" if run else base / "shared"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker's build that failed
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 def problem(resp: Any, status: int, slug: str | None = None) -> dict[str, Any]:

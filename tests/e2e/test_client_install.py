@@ -14,6 +14,8 @@ import sys
 from typing import Any
 
 import pytest
+
+from helpers import once_per_run
 from server_process import Server, make_keys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -41,33 +43,36 @@ def _run(args: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """The client's wheel and its dependencies' (pip's cache, else the package index)."""
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for name in ("queuelog", "client"):
-        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("wheels")
-    # No build isolation: setuptools and wheel come from this venv (the test extra), so the
-    # build itself needs no index.
-    proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
-                 "-w", str(out), str(src / "client")])
-    assert proc.returncode == 0, proc.stderr
-    return out
+def venv(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """A fresh venv with queuelog-client installed from a wheelhouse alone (the client's
+    wheel and its dependencies', from pip's cache, else the package index); made once per
+    test run."""
+    def build(folder: pathlib.Path) -> None:
+        src, wheelhouse, where = folder / "src", folder / "wheels", folder / "v"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / name, src / name)
+        for name in ("queuelog", "client"):
+            shutil.copytree(ROOT / name, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        # No build isolation: setuptools and wheel come from this venv (the test extra), so
+        # the build itself needs no index.
+        proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",
+                     "-w", str(wheelhouse), str(src / "client")])
+        assert proc.returncode == 0, proc.stderr
+        # Without its own pip (ensurepip costs seconds): this venv's pip installs into it.
+        assert _run([sys.executable, "-m", "venv", "--without-pip", str(where)]).returncode == 0
+        proc = _run([sys.executable, "-m", "pip", "--python", str(where / "bin" / "python"),
+                     "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+                     "queuelog-client"])
+        assert proc.returncode == 0, proc.stderr
+    return once_per_run(tmp_path_factory, "client-venv", build) / "v"
 
 
 @pytest.fixture(scope="module")
-def venv(wheelhouse: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """A fresh venv with queuelog-client installed from the wheelhouse alone."""
-    where = tmp_path_factory.mktemp("venv") / "v"
-    # Without its own pip (ensurepip costs seconds): this venv's pip installs into it.
-    assert _run([sys.executable, "-m", "venv", "--without-pip", str(where)]).returncode == 0
-    proc = _run([sys.executable, "-m", "pip", "--python", str(where / "bin" / "python"),
-                 "install", "-q", "--no-index", "--find-links", str(wheelhouse),
-                 "queuelog-client"])
-    assert proc.returncode == 0, proc.stderr
-    return where
+def wheelhouse(venv: pathlib.Path) -> pathlib.Path:
+    """The wheels ``venv`` was installed from, and only those."""
+    return venv.parent / "wheels"
 
 
 def _env() -> dict[str, str]:

@@ -22,6 +22,7 @@ from typing import Iterator
 import pytest
 
 from docs_examples import ROOT, Step, check_output, page_steps, walkthrough
+from helpers import once_per_run
 
 MARK = "@@docs-step@@"
 BIN = os.path.dirname(sys.executable)  # where pip put the ``queuelog`` script
@@ -100,19 +101,21 @@ KEEP_STATE = ('for v in $(compgen -v); do grep -qx "$v" "$BEFORE" || declare -p 
 
 @pytest.fixture(scope="session")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's walk-through, run once per test process: the database, scratch directory
-    and shell state every page starts from (a page costs its own steps, not the walk-through)."""
-    base = tmp_path_factory.mktemp("walkthrough")
-    env = clean_env(base)
-    prelude = page_steps(walkthrough(README.read_text(encoding="utf-8")), "README.md")
-    before = Step('compgen -v > "$BEFORE"', "", "state")
-    after = Step(KEEP_STATE, "", "state")
-    with serve(base, env) as url:
-        run_steps([before, *prelude, after], {**env, "QUEUELOG_URL": url,
-                                              "BEFORE": str(base / "before"),
-                                              "STATE": str(base / "state.sh")}, scratch(base))
-    # The server has stopped: its database files are whole, and safe to copy.
-    return base
+    """The README's walk-through, run once per test run: the database, scratch directory and
+    shell state every page starts from (a page costs its own steps, not the walk-through)."""
+    def walk(base: Path) -> None:
+        env = clean_env(base)
+        prelude = page_steps(walkthrough(README.read_text(encoding="utf-8")), "README.md")
+        before = Step('compgen -v > "$BEFORE"', "", "state")
+        after = Step(KEEP_STATE, "", "state")
+        with serve(base, env) as url:
+            run_steps([before, *prelude, after], {**env, "QUEUELOG_URL": url,
+                                                  "BEFORE": str(base / "before"),
+                                                  "STATE": str(base / "state.sh")},
+                      scratch(base))
+    # Once for the whole run. The server has stopped: its database files are whole, and
+    # safe to copy.
+    return once_per_run(tmp_path_factory, "walkthrough", walk)
 
 
 def resume(walked: Path, tmp_path: Path) -> Path:

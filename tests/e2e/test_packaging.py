@@ -10,6 +10,8 @@ import zipfile
 
 import pytest
 
+from helpers import once_per_run
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Renders /ui/ from whatever ``queuelog`` is first on sys.path; prints where its pages live.
@@ -33,18 +35,20 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 
     pip builds it as it builds the editable install: setuptools in an isolated environment.
     """
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(ROOT / name, src / name)
-    for name in ("queuelog", "templates"):
-        shutil.copytree(ROOT / name, src / name,
-                        ignore=shutil.ignore_patterns("__pycache__"))
-    out = tmp_path_factory.mktemp("dist")
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                           "-q", "-w", str(out), str(src)],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    (built,) = out.glob("queuelog-*.whl")
+    def build(folder: pathlib.Path) -> None:
+        src, out = folder / "src", folder / "dist"
+        src.mkdir()
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / name, src / name)
+        for name in ("queuelog", "templates"):
+            shutil.copytree(ROOT / name, src / name,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                               "-q", "-w", str(out), str(src)],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    (built,) = (once_per_run(tmp_path_factory, "server-wheel", build) / "dist").glob(
+        "queuelog-*.whl")
     return built
 
 
