@@ -23,9 +23,9 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str,
     """A folder ``build`` fills once per test run, shared by every pytest-xdist worker.
 
     A session or module fixture runs once in each worker that needs it: the walk-through
-    and the wheels took 7-11 s of CPU apiece, two or three times a run. The first worker
-    builds under a lock, the others wait for it and read the result; nothing writes to it
-    afterwards. Outside xdist the folder is this run's own.
+    and the wheels took 6-11 s apiece (their setup in the suite), two or three times a
+    run. The first worker builds under a lock, the others wait for it and read the result;
+    nothing writes to it afterwards. Outside xdist the folder is this run's own.
     """
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     base = tmp_path_factory.getbasetemp()
