@@ -18,6 +18,18 @@ from werkzeug.security import generate_password_hash
 SQLITE_ONLY = pytest.mark.parametrize("backend", ["sqlite"])
 
 
+def copy_source(dest: pathlib.Path, *folders: str) -> pathlib.Path:
+    """The checkout's ``pyproject.toml``, ``README.md`` and ``folders`` (without bytecode)
+    copied into a new ``dest``, to build a wheel from without touching the checkout."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    dest.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, dest / name)
+    for name in folders:
+        shutil.copytree(root / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
 def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str,
                  build: Callable[[pathlib.Path], None]) -> pathlib.Path:
     """A folder ``build`` fills once per test run, shared by every pytest-xdist worker.

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 from typing import Any
 
 import pytest
 
-from helpers import once_per_run
+from helpers import copy_source, once_per_run
 from server_process import Server, make_keys
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The whole dependency closure of httpx and click: nothing of the server's may be in it.
 CLIENT_CLOSURE = {"queuelog_client", "httpx", "httpcore", "h11", "anyio", "sniffio", "idna",
                   "certifi", "click", "typing_extensions", "exceptiongroup"}
@@ -48,13 +46,8 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     wheel and its dependencies', from pip's cache, else the package index); made once per
     test run."""
     def build(folder: pathlib.Path) -> None:
-        src, wheelhouse, where = folder / "src", folder / "wheels", folder / "v"
-        src.mkdir()
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(ROOT / name, src / name)
-        for name in ("queuelog", "client"):
-            shutil.copytree(ROOT / name, src / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+        src = copy_source(folder / "src", "queuelog", "client")
+        wheelhouse, where = folder / "wheels", folder / "v"
         # No build isolation: setuptools and wheel come from this venv (the test extra), so
         # the build itself needs no index.
         proc = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-build-isolation",

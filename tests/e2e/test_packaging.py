@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 import zipfile
 
 import pytest
 
-from helpers import once_per_run
+from helpers import copy_source, once_per_run
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -36,13 +35,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     pip builds it as it builds the editable install: setuptools in an isolated environment.
     """
     def build(folder: pathlib.Path) -> None:
-        src, out = folder / "src", folder / "dist"
-        src.mkdir()
-        for name in ("pyproject.toml", "README.md"):
-            shutil.copy(ROOT / name, src / name)
-        for name in ("queuelog", "templates"):
-            shutil.copytree(ROOT / name, src / name,
-                            ignore=shutil.ignore_patterns("__pycache__"))
+        src, out = copy_source(folder / "src", "queuelog", "templates"), folder / "dist"
         proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
                                "-q", "-w", str(out), str(src)],
                               capture_output=True, text=True, timeout=300)
