@@ -26,7 +26,7 @@ MACROS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 MAX_STEPS = 20_000
 _UTC = dt.timezone.utc
 SHIFT = dt.timedelta(hours=3)  # more than any zone's DST change (2 h at most)
-_SHIFT_US = 3 * 3600 * 1_000_000
+_SHIFT_US = SHIFT // dt.timedelta(microseconds=1)
 _SECOND = dt.timedelta(seconds=1)
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=_UTC)
 
