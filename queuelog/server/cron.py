@@ -57,35 +57,37 @@ class Cron:
         return None
 
     def latest_at_or_before(self, now_us: int) -> int | None:
-        """The newest tick at or before ``now_us`` (catch_up's one missed tick)."""
-        wall = self._wall(now_us).replace(microsecond=0)
-        if self._steady(now_us):
-            # One UTC offset from SHIFT before now to SHIFT after: now is in no fold, so no
-            # wall time later than now's is an earlier instant, and a wall time's first
-            # occurrence never decreases as the wall time grows. The newest tick is the
-            # newest wall time at or before now's: one step back. (The walk below took
-            # 20,000 steps for an every-second schedule, seconds of CPU at every start.)
-            walls = croniter(self.expr, wall + _SECOND, second_at_beginning=True)
-            return self.instant(walls.get_prev(dt.datetime))
-        # Walked back from SHIFT after now's wall time to SHIFT before it: in a fold, a wall
-        # time later than now's can be an earlier instant (the first pass), and the newest.
-        walls = croniter(self.expr, wall + SHIFT, second_at_beginning=True)
-        best: int | None = None
-        for _ in range(MAX_STEPS):
-            earlier = walls.get_prev(dt.datetime)
-            tick = self.instant(earlier)
-            if tick <= now_us and (best is None or tick > best):
-                best = tick
-            if best is not None and earlier < wall - SHIFT:
-                return best
-        return best
+        """The newest tick at or before ``now_us`` (catch_up's one missed tick): one step.
 
-    def _steady(self, us: int) -> bool:
-        """Whether this zone keeps one UTC offset from SHIFT before ``us`` to SHIFT after
-        (its offset changes months apart, never twice within 2 * SHIFT)."""
-        offsets = {_at(t).astimezone(self.zone).utcoffset()
-                   for t in (us - _SHIFT_US, us, us + _SHIFT_US)}
-        return len(offsets) == 1
+        ``instant`` never decreases as the wall time grows (a gap's wall times share its
+        end; a fold's fire on the first pass, before the wall times after the fold). So
+        the newest tick is the newest wall time at or before the last wall time whose
+        instant is not after now: now's own, or, in the second pass of a fold, the last
+        second before the fold ends (those wall times all came in the first pass).
+        (A walk back over six hours of wall times, kept for DST, took 20,000 steps for an
+        every-second schedule: seconds of CPU at a start.)
+        """
+        local = _at(now_us).astimezone(self.zone)
+        if local.fold:  # the second pass: the wall clock has shown later times already
+            change = self._change_between(now_us - _SHIFT_US, now_us)
+            end = self._wall(change - 1_000_000) + _SECOND  # the wall time the fold ends at
+        else:
+            end = local.replace(tzinfo=None, microsecond=0) + _SECOND
+        walls = croniter(self.expr, end, second_at_beginning=True)
+        return self.instant(walls.get_prev(dt.datetime))
+
+    def _change_between(self, lo_us: int, hi_us: int) -> int:
+        """The first whole second (epoch us) with ``hi_us``'s UTC offset, after ``lo_us``
+        (one offset change between them)."""
+        lo, hi = lo_us // 1_000_000, -(-hi_us // 1_000_000)
+        after = _at(hi * 1_000_000).astimezone(self.zone).utcoffset()
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _at(mid * 1_000_000).astimezone(self.zone).utcoffset() == after:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo * 1_000_000
 
     def _wall(self, us: int) -> dt.datetime:
         """The naive wall-clock time of an instant in this zone."""
@@ -99,15 +101,7 @@ class Cron:
         # In a gap: fold=0 and fold=1 read it with the offsets before and after the change,
         # and the change itself lies between the two instants. Find its first second.
         a, b = _us(first), _us(wall.replace(tzinfo=self.zone, fold=1))
-        lo, hi = min(a, b) // 1_000_000, max(a, b) // 1_000_000
-        after = _at(hi * 1_000_000).astimezone(self.zone).utcoffset()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if _at(mid * 1_000_000).astimezone(self.zone).utcoffset() == after:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo * 1_000_000
+        return self._change_between(min(a, b), max(a, b))
 
 
 def parse(expr: object, timezone: object = "UTC") -> Cron:

@@ -98,31 +98,57 @@ def test_bad_expressions_and_zones_say_what_is_wrong(expr, zone, says):
         cron.parse(expr, zone)
 
 
-def test_the_newest_tick_away_from_a_dst_change_takes_one_step(monkeypatch):
+def test_the_newest_tick_takes_one_step_even_in_a_fold(monkeypatch):
     # An every-second catch_up schedule walked 20,000 wall times back at each process's first
     # look: seconds of CPU, and no tick of any schedule made meanwhile (found by the
-    # schedules e2e test on a loaded box: ticks 5-7 s late).
+    # schedules e2e test on a loaded box: ticks 5-7 s late). Near a DST change the walk
+    # stayed, until the second pass of a fold was worked out without one.
     c = cron.parse("* * * * * *", "Europe/Berlin")
     steps = []
     real = cron.croniter.get_prev
     monkeypatch.setattr(cron.croniter, "get_prev",
                         lambda self, *a, **k: steps.append(1) or real(self, *a, **k))
-    now = us(2026, 12, 3, 12, 0, 7) + 250_000
-    assert c.latest_at_or_before(now) == us(2026, 12, 3, 12, 0, 7)
-    assert len(steps) == 1
-    steps.clear()  # in the autumn fold the walk is still needed, and taken
-    assert c.latest_at_or_before(us(2026, 10, 25, 1, 40)) == us(2026, 10, 25, 0, 59, 59)
-    assert len(steps) > 1
+    for now, newest in [
+            (us(2026, 12, 3, 12, 0, 7) + 250_000, us(2026, 12, 3, 12, 0, 7)),
+            # 02:40 CET, the second pass: 02:59:59 CEST (00:59:59 UTC) came before it
+            (us(2026, 10, 25, 1, 40), us(2026, 10, 25, 0, 59, 59)),
+            # 02:40 CEST, the first pass: just now
+            (us(2026, 10, 25, 0, 40), us(2026, 10, 25, 0, 40)),
+            # 03:00:00.5 CEST, just after the spring gap
+            (us(2026, 3, 29, 1, 0, 0) + 500_000, us(2026, 3, 29, 1, 0, 0))]:
+        steps.clear()
+        assert c.latest_at_or_before(now) == newest
+        assert len(steps) == 1
 
 
-@pytest.mark.parametrize("expr, zone", [
-    ("*/15 * * * *", "Europe/Berlin"), ("30 2 * * *", "America/New_York"),
-    ("*/20 * * * * *", "Australia/Lord_Howe"), ("0 9 * * mon-fri", "UTC")])
-def test_one_step_and_the_walk_agree_away_from_dst_changes(monkeypatch, expr, zone):
+def _newest_by_walking(c: cron.Cron, now: int, hours: int) -> int | None:
+    """The newest tick at or before ``now``: every wall time from ``hours`` before now's to
+    three hours after it, each made an instant, the newest not after now kept."""
+    start = cron._at(now - hours * 3600 * 1_000_000).astimezone(c.zone).replace(tzinfo=None)
+    stop = start + dt.timedelta(hours=hours + 3)
+    walls = cron.croniter(c.expr, start, second_at_beginning=True)
+    newest = None
+    while (wall := walls.get_next(dt.datetime)) <= stop:
+        t = c.instant(wall)
+        if t <= now and (newest is None or t > newest):
+            newest = t
+    return newest
+
+
+# Changes: Berlin and New York an hour each way; Lord Howe half an hour (a 30-minute fold).
+CHANGES = [us(2026, 3, 29, 1), us(2026, 10, 25, 1), us(2026, 3, 8, 7), us(2026, 11, 1, 6),
+           us(2026, 4, 4, 15), us(2026, 10, 3, 15, 30)]
+
+
+@pytest.mark.parametrize("expr, zone, hours", [
+    ("*/15 * * * *", "Europe/Berlin", 4), ("30 2 * * *", "Europe/Berlin", 80),
+    ("*/7 * * * *", "America/New_York", 4), ("30 1 * * *", "America/New_York", 80),
+    ("15 */5 * * * *", "Australia/Lord_Howe", 4), ("0 9 * * mon-fri", "UTC", 80)])
+def test_one_step_agrees_with_walking_forward_around_dst_changes(expr, zone, hours):
     c = cron.parse(expr, zone)
-    nows = [us(2026, m, d, h, mi, s) + 123_456 for m, d in ((1, 5), (6, 1), (12, 3))
-            for h, mi, s in ((0, 0, 0), (2, 30, 0), (9, 0, 0), (9, 14, 59), (23, 59, 59))]
-    fast = [c.latest_at_or_before(t) for t in nows]
-    monkeypatch.setattr(cron.Cron, "_steady", lambda self, t: False)
-    assert fast == [c.latest_at_or_before(t) for t in nows]
-    assert all(f is not None and f <= t for f, t in zip(fast, nows))
+    # From two hours before each change to three after, every 17 min 13.5 s, on whole
+    # seconds and between them: before, in and after gaps and both passes of folds.
+    nows = [change + k * 1_033_500_000 + extra for change in CHANGES for k in range(-7, 11)
+            for extra in (0, 1)]
+    assert [c.latest_at_or_before(t) for t in nows] == [
+        _newest_by_walking(c, t, hours) for t in nows]
