@@ -11,10 +11,13 @@ while true; do
   job=$(post claim '{"wait": 30, "lease_seconds": 90}') || { sleep 5; continue; }
   [ -n "$job" ] || continue
   id=$(jq .id <<<"$job"); attempt=$(jq .attempt <<<"$job")
+  # The handler's environment, as `queuelog work` makes it: the job's fields, no token.
+  export QUEUELOG_JOB_ID=$id QUEUELOG_JOB_ATTEMPT=$attempt \
+    QUEUELOG_JOB_TYPE=$(jq -r .type <<<"$job") QUEUELOG_JOB_PRIORITY=$(jq -r .priority <<<"$job")
   # Heartbeat every 30 s, a third of the lease, while the handler runs.
   ( while sleep 30; do post "$id/heartbeat" "{\"attempt\": $attempt}" >/dev/null; done ) &
   beat=$!
-  if jq -c .payload <<<"$job" | "$@" >"$tmp/out" 2>"$tmp/err"; then
+  if jq -c .payload <<<"$job" | env -u QUEUELOG_TOKEN "$@" >"$tmp/out" 2>"$tmp/err"; then
     kill "$beat"
     post "$id/complete" "$(jq -n --argjson a "$attempt" --slurpfile r "$tmp/out" \
       '{attempt: $a, result: $r[0]}')" >/dev/null

@@ -542,7 +542,8 @@ def test_the_readme_bash_worker_loop_works(live, jtype, tmp_path):
 case "$payload" in
   *slow*) sleep 5; echo '{"slept": true}' ;;
   *bad*) echo "no such invoice, token=abc123" >&2; exit 3 ;;
-  *) printf '{"got": %s}\n' "$payload" ;;
+  *) printf '{"got": %s, "env": "%s %s %s %s"}\n' "$payload" "$QUEUELOG_JOB_ID" \
+       "$QUEUELOG_JOB_ATTEMPT" "$QUEUELOG_JOB_TYPE" "${QUEUELOG_TOKEN:-no token}" ;;
 esac
 """)
     token = live.new_key(f"bash-{jtype}", "worker", [jtype])
@@ -552,7 +553,9 @@ esac
                             start_new_session=True)
     try:
         good = live.producer.enqueue(jtype, {"n": 1})
-        assert wait_for(lambda: finished(live, good["id"]))["result"] == {"got": {"n": 1}}
+        # The handler gets the job's fields, as from queuelog work, and not the token.
+        assert wait_for(lambda: finished(live, good["id"]))["result"] == {
+            "got": {"n": 1}, "env": f"{good['id']} 1 {jtype} no token"}
         bad = live.producer.enqueue(jtype, {"bad": 1}, max_retries=0)
         failed = wait_for(lambda: finished(live, bad["id"]))
         assert failed["status"] == "failed"
@@ -565,6 +568,26 @@ esac
             time.sleep(0.25)
         done = wait_for(lambda: finished(live, slow["id"]))
         assert done["result"] == {"slept": True} and done["attempt"] == 1
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@pytest.mark.skipif(not shutil.which("jq"), reason="the README's bash worker needs jq")
+def test_the_bash_worker_runs_the_example_handler_as_the_guide_says(live, jtype, tmp_path):
+    """``bash examples/worker.sh examples/check-url.sh``: the handler reads the job's id and
+    attempt (``set -u``), which only queuelog work used to set."""
+    job = live.producer.enqueue(jtype, {"url": f"{live.url}/healthz"})
+    token = live.new_key(f"bash-check-{jtype}", "worker", [jtype])
+    env = {**os.environ, "QUEUELOG_URL": live.url, "QUEUELOG_TOKEN": token}
+    proc = subprocess.Popen(["bash", os.path.join(ROOT, "examples", "worker.sh"),
+                             os.path.join(ROOT, "examples", "check-url.sh")], env=env,
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        done = wait_for(lambda: finished(live, job["id"]), what="the check")
+        assert done["status"] == "completed", done.get("error")
+        assert done["result"]["status"] == 200
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
