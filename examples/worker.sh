@@ -10,7 +10,7 @@ while [ -z "$stop" ]; do
   # Long poll: the answer comes as soon as a job is due, or empty (204) after 30 s.
   # curl itself in the background, not post: killing a function's subshell leaves its curl.
   "${call[@]}" "$QUEUELOG_URL/jobs/claim" -d '{"wait": 30, "lease_seconds": 90}' >"$tmp/job" &
-  poll=$!
+  poll=$!; [ -z "$stop" ] || kill "$poll"  # a signal taken before $poll was set
   wait "$poll"; got=$?; poll=
   [ -z "$stop" ] || break
   [ "$got" = 0 ] || { sleep 5; continue; }

@@ -594,6 +594,16 @@ def test_the_bash_worker_runs_the_example_handler_as_the_guide_says(live, jtype,
         proc.wait(timeout=10)
 
 
+def _exits(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    """``proc`` ends within ``seconds``; else fail, naming what its group was doing."""
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        ps = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "-g", str(proc.pid)],
+                            capture_output=True, text=True).stdout
+        raise AssertionError(f"the loop did not stop within {seconds} s:\n{ps}") from None
+
+
 def _curls_in_group(pgid: int) -> list[int]:
     """The curl processes of process group ``pgid`` (from /proc)."""
     found = []
@@ -627,7 +637,7 @@ def test_the_bash_worker_stops_on_sigterm_without_leaving_its_long_poll(live, jt
         wait_for(lambda: live.admin.get(job["id"])["status"] == "running")
         proc.send_signal(signal.SIGTERM)  # bash alone, mid-job
         assert wait_for(lambda: finished(live, job["id"]))["status"] == "completed"
-        proc.wait(timeout=10)
+        _exits(proc, 10)
         assert _curls_in_group(proc.pid) == []
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -636,7 +646,7 @@ def test_the_bash_worker_stops_on_sigterm_without_leaving_its_long_poll(live, jt
     try:
         wait_for(lambda: _curls_in_group(proc.pid), what="the long poll")
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=5)
+        _exits(proc, 5)
         wait_for(lambda: not _curls_in_group(proc.pid), what="the long poll's curl to end")
         later = live.producer.enqueue(jtype)
         time.sleep(1)
