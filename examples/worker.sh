@@ -2,19 +2,14 @@
 # worker.sh HANDLER [ARG...]: a queuelog worker in bash, one job at a time (curl and jq).
 set -u
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-# SIGTERM or SIGINT: drop the waiting long poll at once, or let the running job finish first.
-stop=; poll=; trap 'stop=1; [ -z "$poll" ] || kill "$poll" 2>/dev/null' TERM INT
-call=(curl -fsS -H "Authorization: Bearer $QUEUELOG_TOKEN" -H 'Content-Type: application/json')
-post() { "${call[@]}" "$QUEUELOG_URL/jobs/$1" -d "$2"; }  # post PATH JSON: one worker call
-while [ -z "$stop" ]; do
+post() {  # post PATH JSON: one worker call
+  curl -fsS "$QUEUELOG_URL/jobs/$1" -H "Authorization: Bearer $QUEUELOG_TOKEN" \
+    -H 'Content-Type: application/json' -d "$2"
+}
+while true; do
   # Long poll: the answer comes as soon as a job is due, or empty (204) after 30 s.
-  # curl itself in the background, not post: killing a function's subshell leaves its curl.
-  "${call[@]}" "$QUEUELOG_URL/jobs/claim" -d '{"wait": 30, "lease_seconds": 90}' >"$tmp/job" &
-  poll=$!; [ -z "$stop" ] || kill "$poll"  # a signal taken before $poll was set
-  wait "$poll"; got=$?; poll=
-  [ -z "$stop" ] || break
-  [ "$got" = 0 ] || { sleep 5; continue; }
-  job=$(<"$tmp/job"); [ -n "$job" ] || continue
+  job=$(post claim '{"wait": 30, "lease_seconds": 90}') || { sleep 5; continue; }
+  [ -n "$job" ] || continue
   id=$(jq .id <<<"$job"); attempt=$(jq .attempt <<<"$job")
   # The handler's environment, as `queuelog work` makes it: the job's fields, no token.
   export QUEUELOG_JOB_ID=$id QUEUELOG_JOB_ATTEMPT=$attempt \

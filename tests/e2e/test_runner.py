@@ -8,7 +8,6 @@ behaviour on both backends is the subject of tests/api.
 """
 from __future__ import annotations
 
-import contextlib
 import http.client
 import http.server
 import itertools
@@ -592,68 +591,6 @@ def test_the_bash_worker_runs_the_example_handler_as_the_guide_says(live, jtype,
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-
-
-def _exits(proc: subprocess.Popen[bytes], seconds: float) -> None:
-    """``proc`` ends within ``seconds``; else fail, naming what its group was doing."""
-    try:
-        proc.wait(timeout=seconds)
-    except subprocess.TimeoutExpired:
-        ps = subprocess.run(["ps", "-o", "pid,stat,wchan:20,args", "-g", str(proc.pid)],
-                            capture_output=True, text=True).stdout
-        raise AssertionError(f"the loop did not stop within {seconds} s:\n{ps}") from None
-
-
-def _curls_in_group(pgid: int) -> list[int]:
-    """The curl processes of process group ``pgid`` (from /proc)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                with open(f"/proc/{entry}/stat") as f:
-                    comm, rest = f.read().split(") ", 1)
-                if comm.endswith("(curl") and int(rest.split()[2]) == pgid:
-                    found.append(int(entry))
-    return found
-
-
-@pytest.mark.skipif(not shutil.which("jq"), reason="the README's bash worker needs jq")
-def test_the_bash_worker_stops_on_sigterm_without_leaving_its_long_poll(live, jtype, tmp_path):
-    """SIGTERM to the loop's bash alone: a running job is finished and answered first; a
-    waiting long poll is dropped with it. (Before, its curl outlived the loop and claimed
-    the next job, which then waited out its lease.)"""
-    handler = script(tmp_path, "handle.sh", "cat >/dev/null; sleep 1.5; echo '{\"ok\": 1}'\n")
-    token = live.new_key(f"bash-stop-{jtype}", "worker", [jtype])
-    env = {**os.environ, "QUEUELOG_URL": live.url, "QUEUELOG_TOKEN": token}
-
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(["bash", os.path.join(ROOT, "examples", "worker.sh"), handler],
-                                env=env, cwd=tmp_path, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL, start_new_session=True)
-
-    proc = start()
-    try:
-        job = live.producer.enqueue(jtype)
-        wait_for(lambda: live.admin.get(job["id"])["status"] == "running")
-        proc.send_signal(signal.SIGTERM)  # bash alone, mid-job
-        assert wait_for(lambda: finished(live, job["id"]))["status"] == "completed"
-        _exits(proc, 10)
-        assert _curls_in_group(proc.pid) == []
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    proc = start()
-    try:
-        wait_for(lambda: _curls_in_group(proc.pid), what="the long poll")
-        proc.send_signal(signal.SIGTERM)
-        _exits(proc, 5)
-        wait_for(lambda: not _curls_in_group(proc.pid), what="the long poll's curl to end")
-        later = live.producer.enqueue(jtype)
-        time.sleep(1)
-        assert live.admin.get(later["id"])["status"] == "pending"
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_the_readme_client_snippet_runs(live):
