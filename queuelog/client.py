@@ -19,6 +19,10 @@ from queuelog.model.jobs import backoff_seconds
 
 # Long enough for a slow database; a long poll adds its ``wait`` to the read timeout.
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+# A keep-alive connection idle this long is not used again. gunicorn closes one idle for 2 s
+# (its default --keep-alive), and a request sent as it closes one is lost ("Server
+# disconnected without sending a response"; httpx's own default keeps them 5 s).
+KEEPALIVE_EXPIRY = 1.5
 # Retries of an answer (heartbeat, complete, fail): capped exponential backoff with jitter.
 RETRY_FIRST_SECONDS = 0.25
 RETRY_MAX_SECONDS = 10.0
@@ -85,6 +89,7 @@ class Client:
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._http = httpx.Client(
             base_url=self.url + "/", timeout=timeout, transport=transport,
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY),
             headers={"Authorization": f"Bearer {token}", "User-Agent": "queuelog-client"})
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ import pytest
 from server_process import ROOT, free_port
 
 from queuelog import client as client_module
-from queuelog.client import Client, ProblemError, Unreachable
+from queuelog.client import KEEPALIVE_EXPIRY, Client, ProblemError, Unreachable
 
 
 def token_of(headers: dict[str, str]) -> str:
@@ -251,6 +251,7 @@ class _NoJobs(http.server.BaseHTTPRequestHandler):
 
 
 def test_one_connection_is_kept_open_and_timeouts_hold():
+    _Counting.connections = 0
     server = _Counting(("127.0.0.1", 0), _NoJobs)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -263,6 +264,27 @@ def test_one_connection_is_kept_open_and_timeouts_hold():
         with pytest.raises(Unreachable):
             c.claim(["slow"])
         assert time.monotonic() - began < 2.5
+        c.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_connection_idle_past_the_expiry_is_not_used_again():
+    """gunicorn closes a keep-alive connection idle for 2 s; a request sent on one as it
+    closes is lost. The client opens a new one after 1.5 s idle (httpx alone: 5 s)."""
+    _Counting.connections = 0
+    server = _Counting(("127.0.0.1", 0), _NoJobs)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        c = Client(f"http://127.0.0.1:{server.server_address[1]}", "ql_x")
+        c.claim()
+        time.sleep(0.2)
+        c.claim()
+        assert _Counting.connections == 1  # kept while busy
+        time.sleep(KEEPALIVE_EXPIRY + 0.2)
+        c.claim()
+        assert _Counting.connections == 2
         c.close()
     finally:
         server.shutdown()
