@@ -56,7 +56,7 @@ class Cron:
                 return tick
         return None
 
-    def latest_at_or_before(self, now_us: int) -> int | None:
+    def latest_at_or_before(self, now_us: int) -> int:
         """The newest tick at or before ``now_us`` (catch_up's one missed tick): one step.
 
         ``instant`` never decreases as the wall time grows (a gap's wall times share its

@@ -112,7 +112,7 @@ class Ticker:
             newest = cron.latest_at_or_before(now)
             made = self.store.last_ticks().get(name)
             self._catch_up.discard(name)
-            if newest is not None and (made is None or newest > made):
+            if made is None or newest > made:
                 seen = min(seen, newest - 1)
         late = now - LATE_SECONDS * 1_000_000
         due: list[int] = []
