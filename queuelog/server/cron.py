@@ -22,7 +22,7 @@ from croniter.croniter import CroniterError
 
 MACROS = ("@hourly", "@daily", "@weekly", "@monthly", "@yearly")
 # Wall times looked at for one tick: an every-second schedule crosses a one-hour fold in
-# 3600 steps; a valid expression that matches nothing (Feb 30) stops here, not forever.
+# 3600 steps. (An expression that matches no day, Feb 30, is refused by ``parse``.)
 MAX_STEPS = 20_000
 _UTC = dt.timezone.utc
 SHIFT = dt.timedelta(hours=3)  # more than any zone's DST change (2 h at most)
@@ -117,9 +117,13 @@ def parse(expr: object, timezone: object = "UTC") -> Cron:
                          "day month weekday) or six with leading seconds")
     else:
         try:
-            croniter(text, dt.datetime(2026, 1, 1), second_at_beginning=True)
+            walls = croniter(text, dt.datetime(2026, 1, 1), second_at_beginning=True)
         except (CroniterError, ValueError, KeyError, IndexError) as exc:
             raise ValueError(f"cron {expr!r} is not valid: {exc}") from None
+        try:  # fields each valid, together impossible (Feb 30): every later look would raise
+            walls.get_next(dt.datetime)
+        except CroniterError:
+            raise ValueError(f"cron {expr!r} never fires (no such day)") from None
     return Cron(text, zone(timezone))
 
 

@@ -178,6 +178,7 @@ def test_cli_lists_schedules_with_their_next_run(app, clock):
 
 @pytest.mark.parametrize("schedule, says", [
     ({"cron": "0 3 * *", "type": "pdf"}, "4 fields"),
+    ({"cron": "0 3 30 2 *", "type": "pdf"}, "never fires"),
     ({"cron": "0 3 * * *", "type": "fax"}, "type: Must be one of"),
     ({"cron": "0 3 * * *", "type": "pdf", "timezone": "Berlin"}, "IANA"),
     ({"cron": "0 3 * * *", "type": "pdf", "priority": "urgent"}, "priority"),

@@ -92,7 +92,8 @@ def test_the_newest_tick_at_or_before_now_in_the_fold():
     ("61 * * * *", "UTC", "not valid"), ("* * * * funday", "UTC", "not valid"),
     ("@reboot", "UTC", "macros"), ("", "UTC", "non-empty"), (5, "UTC", "non-empty"),
     ("* * * * *", "Mars/Olympus", "IANA"), ("* * * * *", "../../etc/passwd", "IANA"),
-    ("* * * * *", "", "IANA")])
+    ("* * * * *", "", "IANA"), ("0 0 30 2 *", "UTC", "never fires"),
+    ("0 0 31 4,6 *", "UTC", "never fires"), ("* * * 31 2 *", "Europe/Berlin", "never fires")])
 def test_bad_expressions_and_zones_say_what_is_wrong(expr, zone, says):
     with pytest.raises(ValueError, match=says):
         cron.parse(expr, zone)
@@ -152,3 +153,11 @@ def test_one_step_agrees_with_walking_forward_around_dst_changes(expr, zone, hou
             for extra in (0, 1)]
     assert [c.latest_at_or_before(t) for t in nows] == [
         _newest_by_walking(c, t, hours) for t in nows]
+
+
+def test_a_leap_day_expression_is_valid_and_fires_on_leap_days():
+    # "never fires" is an impossible date, not a rare one: Feb 29 comes every four years.
+    c = cron.parse("0 0 29 2 *")
+    assert isoformat(c.next_after(us(2026, 1, 1))) == "2028-02-29T00:00:00.000000Z"
+    assert c.latest_at_or_before(us(2026, 1, 1)) == us(2024, 2, 29)
+
