@@ -135,3 +135,36 @@ def test_a_batch_complete_is_its_statement_alone_where_it_closes_the_attempts(st
         event.remove(store.engine, "before_cursor_execute", record)
     assert len(got) == 3 and not any(isinstance(g, Exception) for g in got)
     assert modes == [True]
+
+
+def _only_postgresql(store: Any) -> None:
+    if store.dialect.name != "postgresql":
+        pytest.skip("psycopg's prepared statements and PostgreSQL backends")
+
+
+def _backend_pid(store: Any) -> int:
+    with store._read.connect() as conn:
+        return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
+
+
+def test_a_quiet_server_works_on_the_connection_it_returned_last(store):
+    """The pool is LIFO: one hot connection (its statements prepared), not ten in turn."""
+    _only_postgresql(store)
+    held = [store.engine.connect() for _ in range(3)]
+    pids = [int(c.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()) for c in held]
+    for conn in held:
+        conn.close()
+    assert [_backend_pid(store) for _ in range(3)] == [pids[-1]] * 3
+
+
+def test_reads_between_claims_keep_the_claims_prepared_statement(store):
+    """A read ends without a ROLLBACK (psycopg forgets every prepared statement at one):
+    a long poll's read between its looks left each woken claim to parse and plan again."""
+    _only_postgresql(store)
+    for _ in range(6):  # psycopg prepares a statement at its 5th run on a connection
+        store.claim_many("w1", 1, types=["email"])
+    store.next_due_in(["email"])     # the long poll's read between two looks
+    store.count_by_status(100)       # and a dashboard's
+    with store._read.connect() as conn:
+        prepared = conn.exec_driver_sql("SELECT statement FROM pg_prepared_statements").scalars()
+        assert any("claimed" in text for text in prepared)

@@ -90,6 +90,7 @@ class Accounts:
         self.engine = engine
         self.dialect = dialect_of(engine)
         self._write = self.dialect.writer(engine)
+        self._read = self.dialect.reader(engine)
         self.clock = clock
         # Every Bearer request runs this lookup (key_for_token), as driver SQL: the text
         # compiled once, the digest bound.
@@ -159,7 +160,7 @@ class Accounts:
 
     def list_keys(self) -> list[ApiKey]:
         """Every key, active and revoked, oldest first."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             rows = conn.execute(select(api_keys).order_by(api_keys.c.id)).all()
         return [ApiKey.from_row(r) for r in rows]
 
@@ -200,7 +201,7 @@ class Accounts:
 
     def has_users(self) -> bool:
         """Whether any user exists."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             return conn.execute(select(users.c.id).limit(1)).first() is not None
 
     def create_first_user(self, username: str, password_hash: str, role: str) -> bool:
@@ -224,7 +225,7 @@ class Accounts:
 
     def list_users(self) -> list[User]:
         """Every user, by name (with password hashes: for the command line, never the web)."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             rows = conn.execute(select(users).order_by(users.c.username)).all()
         return [User(r.username, r.role, r.password_hash) for r in rows]
 
@@ -249,6 +250,6 @@ class Accounts:
         """The user of this name, or None."""
         if "\x00" in username:
             return None  # no name holds NUL, and PostgreSQL refuses it in a query (a 500)
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             row = conn.execute(select(users).where(users.c.username == username)).first()
         return None if row is None else User(row.username, row.role, row.password_hash)

@@ -98,7 +98,7 @@ class Audit:
             query = query.where(audit_events.c.actor == actor)
         if before is not None:
             query = query.where(audit_events.c.id < before)
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             rows = conn.execute(query).all()
         events = [Event.from_row(r) for r in rows[:limit]]
         return events, (events[-1].id if len(rows) > limit else None)

@@ -42,7 +42,7 @@ class Bulk:
         inner = select(literal_column("1")).select_from(jobs).where(*cond)
         if cap is not None:
             inner = inner.limit(cap + 1)
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(inner.subquery()))
                        .scalar_one())
 

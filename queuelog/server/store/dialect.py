@@ -24,7 +24,10 @@ from queuelog.model.problems import ConfigError
 from queuelog.server.store import listen
 from queuelog.server.store.turns import WriteTurns
 
-POOL = {"pool_size": 10, "max_overflow": 20}
+# LIFO: the connection used last is used next, so a quiet server works on one or two
+# connections whose prepared statements (psycopg prepares a statement at its 5th run on a
+# connection) and server-side caches are warm, rather than turning through all ten.
+POOL = {"pool_size": 10, "max_overflow": 20, "pool_use_lifo": True}
 MIN_PAUSE = 0.002  # seconds; see SQLiteDialect.yield_lock
 # Any fixed numbers, the same in every process: pg_advisory_xact_lock's keys.
 MIGRATE_LOCK = 7262017
@@ -83,6 +86,10 @@ class Dialect:
         """A connection for a write that is one statement, whole by itself: a transaction
         of ``write`` (the writer) here; in autocommit where that saves round trips."""
         return write.begin()
+
+    def reader(self, engine: Engine) -> Engine:
+        """The engine pure reads connect through (never a write: see PostgreSQL's)."""
+        return engine
 
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         """``query`` skipping rows another transaction holds (PostgreSQL); else as is."""
@@ -428,6 +435,14 @@ class PostgresDialect(Dialect):
         of their own (two of a single enqueue's four round trips)."""
         return write.connect().execution_options(isolation_level="AUTOCOMMIT")
 
+    def reader(self, engine: Engine) -> Engine:
+        """The same pool in autocommit: a read is its statements alone (each sees its own
+        snapshot under READ COMMITTED either way), without a BEGIN round trip, and without
+        a ROLLBACK at its end. psycopg answers every real ROLLBACK by forgetting the
+        connection's prepared statements (and a DEALLOCATE ALL round trip): a long poll's
+        read between its looks made every claim on that connection parse and plan again."""
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+
     def read_one(self, raw: Any, sql: str, params: tuple[Any, ...]) -> Any:
         """In autocommit: the statement alone, without the BEGIN and ROLLBACK that were two
         of an enqueue's seven round trips (the API key lookup of every request)."""
@@ -440,8 +455,12 @@ class PostgresDialect(Dialect):
                 driver.autocommit = False
             except Exception:  # noqa: BLE001 - a connection that refuses is dead anyway
                 # Never back to the pool in autocommit: a write transaction on it would
-                # commit statement by statement.
-                raw.invalidate()
+                # commit statement by statement. A broken one is left to the caller's
+                # replay, whose disconnect renews the whole pool (accounts.key_for_token):
+                # given up here, its record would reconnect at the next checkout and the
+                # pool's other dead connections stay for later requests to meet.
+                if not driver.broken:
+                    raw.invalidate()
 
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """No pre-ping, a connect timeout."""

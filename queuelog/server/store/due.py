@@ -35,7 +35,7 @@ class Due:
             return None
         now = self.clock()
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             row = conn.execute(_next_statement(len(types)), {**params, "now": now}).one()
         found = [at for at in row if at is not None]
         return None if not found else (min(found) - now) / 1_000_000

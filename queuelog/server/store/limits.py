@@ -220,7 +220,7 @@ class TypeLimits:
     def flow_states(self, types: Sequence[str]) -> dict[str, FlowState]:
         """Per type: limits in force, running jobs and why a claim would skip it now."""
         now = self.clock()
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             rows = {r.type: r for r in self.limiter.rows(conn)}
             limits = in_force(self.configured_limits, list(rows.values()))
             running = self.limiter.running(conn, list(types))

@@ -61,6 +61,7 @@ class Queue(Enqueue):
         self.engine = engine
         self.dialect = dialect_of(engine)
         self._write = self.dialect.writer(engine)
+        self._read = self.dialect.reader(engine)  # every pure read connects through it
         self.clock = clock
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap

@@ -90,7 +90,7 @@ class Reads:
 
     def get(self, job_id: int, scope: Scope = ALL) -> Job:
         """One job with its attempt history; JobNotFound when missing or not visible."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             row = get_row(conn, job_id, scope)
             attempts = conn.execute(_ATTEMPTS, {"jid": job_id}).all()
             return Job.from_row(row).with_attempts(
@@ -135,7 +135,7 @@ class Reads:
             if before is not None:
                 query = query.where(jobs.c.id < before)
             query = query.order_by(jobs.c.id.desc())
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             rows = conn.execute(query).all()
         more = len(rows) > limit
         found = [Job.from_row(r) for r in rows[:limit]]
@@ -148,10 +148,10 @@ class Reads:
 
     def _holding_key(self, key: str) -> list[int]:
         """The ids of the jobs whose idempotency key is ``key``, of any producer."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             return list(conn.execute(HOLDING_KEY, {"key": key}).scalars())
 
     def ping(self) -> None:
         """Raise unless the database answers."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             conn.execute(text("SELECT 1"))

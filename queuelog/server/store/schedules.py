@@ -119,12 +119,12 @@ class Schedules:
 
     def last_ticks(self) -> dict[str, int]:
         """Each schedule's newest tick that made a job."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             return {s: int(t) for s, t in conn.execute(_LAST_TICKS).all()}
 
     def schedule_states(self, names: Sequence[str]) -> list[ScheduleState]:
         """The database's view of each of ``names``, in that order."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             paused = {r.schedule: r for r in conn.execute(select(paused_schedules)).all()}
             ticks = {s: int(t) for s, t in conn.execute(_LAST_TICKS).all()}
             last = {name: conn.execute(_LAST_JOB, {"s": name}).first() for name in names}

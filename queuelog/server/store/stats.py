@@ -110,7 +110,7 @@ class Stats:
 
     def job_counts(self) -> dict[tuple[str, str], int]:
         """Exact jobs per (status, type); pairs with no job are left out."""
-        return job_counts_of(self.engine, self._write)
+        return job_counts_of(self._read, self._write)
 
     def fold_counts(self) -> bool:
         """Fold the count deltas into the totals now; False where none are kept (SQLite)."""
@@ -126,7 +126,7 @@ class Stats:
         types = list(types)
         now = self.clock()
         counts = sorted(self.job_counts().items())
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             oldest: dict[str, int] = {}
             if types:
                 row = conn.execute(_oldest_due_statement(len(types)), {
@@ -142,13 +142,13 @@ class Stats:
         wanted = [s.value for s in statuses if s in FINISHED]
         if not wanted:
             return 0
-        with self.engine.connect() as conn:  # the (status, finished_at) index, as purge
+        with self._read.connect() as conn:  # the (status, finished_at) index, as purge
             return int(conn.execute(_purgeable_statement(), {
                 "wanted": wanted, "cutoff": self.clock() - older_than_us}).scalar_one())
 
     def count_by_status(self, cap: int) -> dict[str, int]:
         """Jobs per status plus ``scheduled``, each shown only up to ``cap`` + 1."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             row = conn.execute(_scheduled_statement(), {"cap": cap + 1,
                                                         "now": self.clock()}).one()
         out = {s.value: 0 for s in Status}
@@ -164,7 +164,7 @@ class Stats:
         end = (self.clock() // MINUTE_US + 1) * MINUTE_US  # end of the current minute
         start = end - minutes * MINUTE_US
         completed, failed = [0] * minutes, [0] * minutes
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             rows = conn.execute(_series_statement(), {"start": start, "end": end,
                                                       "width": MINUTE_US}).all()
         for bucket, outcome, count in rows:

@@ -68,7 +68,7 @@ class Types:
     # -- job types ---------------------------------------------------------------
     def paused(self) -> dict[str, tuple[int, str]]:
         """Paused types: name -> (paused_at, paused_by)."""
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             return {r.type: (r.paused_at, r.paused_by)
                     for r in conn.execute(select(paused_types)).all()}
 
@@ -76,7 +76,7 @@ class Types:
         """A summary of each of ``types``; counts stop at ``cap`` + 1 (read as "cap+")."""
         now = self.clock()
         params: dict[str, Any] = {f"t{i}": t for i, t in enumerate(types)}
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             row = conn.execute(_summary_statement(len(types)), {**params, "now": now}
                                ).one()._mapping if types else {}
             hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()

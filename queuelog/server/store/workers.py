@@ -84,7 +84,7 @@ class Workers:
         """Every worker that holds a job or claimed in the last 24 hours, by name."""
         now = self.clock()
         running: dict[str, list[RunningJob]] = {}
-        with self.engine.connect() as conn:
+        with self._read.connect() as conn:
             for r in conn.execute(_RUNNING):
                 running.setdefault(r.worker_id, []).append(RunningJob(
                     r.id, r.type, r.attempt, r.claimed_at, r.lease_expires_at))
