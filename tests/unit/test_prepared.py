@@ -161,7 +161,7 @@ def test_reads_between_claims_keep_the_claims_prepared_statement(store):
     """A read ends without a ROLLBACK (psycopg forgets every prepared statement at one):
     a long poll's read between its looks left each woken claim to parse and plan again."""
     _only_postgresql(store)
-    for _ in range(6):  # psycopg prepares a statement at its 5th run on a connection
+    for _ in range(8):  # psycopg prepares a statement at its 6th run on a connection
         store.claim_many("w1", 1, types=["email"])
     store.next_due_in(["email"])     # the long poll's read between two looks
     store.count_by_status(100)       # and a dashboard's

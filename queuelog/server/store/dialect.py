@@ -14,7 +14,7 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import (ColumnElement, Engine, Select, TextClause, any_, bindparam, create_engine,
-                        case, event, func, insert, literal, select, text, update)
+                        case, event, func, insert, literal, select, text, true, update)
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
@@ -25,7 +25,7 @@ from queuelog.server.store import listen
 from queuelog.server.store.turns import WriteTurns
 
 # LIFO: the connection used last is used next, so a quiet server works on one or two
-# connections whose prepared statements (psycopg prepares a statement at its 5th run on a
+# connections whose prepared statements (psycopg prepares a statement from its 6th run on a
 # connection) and server-side caches are warm, rather than turning through all ten.
 POOL = {"pool_size": 10, "max_overflow": 20, "pool_use_lifo": True}
 MIN_PAUSE = 0.002  # seconds; see SQLiteDialect.yield_lock
@@ -136,10 +136,13 @@ class Dialect:
         where the database cannot (the caller then updates them)."""
         return None
 
-    def claim_recording(self, claim: Any, attempts: Any, outcome: str) -> Any | None:
+    def claim_recording(self, claim: Any, attempts: Any, outcome: str,
+                        alone: ColumnElement[bool] | None = None) -> Any | None:
         """The claim (an UPDATE ... RETURNING) that also opens each claimed job's attempt
         (``attempts``: job_id, attempt, worker_id :wkr, started_at :now, ``outcome``), as
-        one statement; None where the database cannot (the claim then inserts them)."""
+        one statement; None where the database cannot (the claim then inserts them).
+        ``alone``: the condition the claim was guarded by, answered as column ``alone`` on
+        a row of its own (the claimed rows' columns NULL) even when nothing is claimed."""
         return None
 
     def insert_ignore(self, table: Any) -> Any:
@@ -549,15 +552,21 @@ class PostgresDialect(Dialect):
                       func.pg_notify(literal(listen.CHANNEL), literal(""))), else_=None)
         return select(done, freed.label("notified")).add_cte(ended)
 
-    def claim_recording(self, claim: Any, attempts: Any, outcome: str) -> Any | None:
+    def claim_recording(self, claim: Any, attempts: Any, outcome: str,
+                        alone: ColumnElement[bool] | None = None) -> Any | None:
         """A data-modifying CTE: the attempts inserted from the claimed rows, always run
-        to completion by PostgreSQL though nothing reads it (a claim's round trip fewer)."""
+        to completion by PostgreSQL though nothing reads it (a claim's round trip fewer).
+        ``alone`` is read in the statement's one snapshot, as the claim's guard was."""
         claimed = claim.cte("claimed")
         started = insert(attempts).from_select(
             ["job_id", "attempt", "worker_id", "started_at", "outcome"],
             select(claimed.c.id, claimed.c.attempt, bindparam("wkr"), bindparam("now"),
                    literal(outcome))).cte("started")
-        return select(claimed).add_cte(started)
+        if alone is None:
+            return select(claimed).add_cte(started)
+        verdict = select(alone.label("alone")).cte("verdict")
+        return (select(verdict.c.alone, claimed)
+                .select_from(verdict.outerjoin(claimed, true())).add_cte(started))
 
     def in_subquery(self, column: Any, query: Any) -> ColumnElement[bool]:
         """``= ANY(ARRAY(...))``: an InitPlan, run once.

@@ -12,8 +12,8 @@ import functools
 import random
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import (BigInteger, Connection, Engine, bindparam, case, delete, func, literal,
-                        select, update)
+from sqlalchemy import (BigInteger, ColumnElement, Connection, Engine, String, and_, bindparam,
+                        case, cast, delete, func, literal, or_, select, update)
 
 from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
                                      WrongState)
@@ -28,7 +28,7 @@ from queuelog.server.store.engine import Clock, system_clock, to_us
 from queuelog.server.store.enqueue import Enqueue
 from queuelog.server.store.limits import Limiter
 from queuelog.server.store.prepared import Prepared
-from queuelog.server.store.tables import job_attempts, jobs
+from queuelog.server.store.tables import job_attempts, jobs, type_limits
 from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions, status_is
 
 LEASE_EXPIRED_ERROR = "lease expired"
@@ -94,7 +94,8 @@ class Queue(Enqueue):
 
     # The statements the job verbs run on every call: compiled once and run on the
     # driver's cursor (prepared.py); purge's pick is still extended per call, as Core.
-    HOT = ("_claim_any", "_claim_typed", "_claim_any_b", "_claim_typed_b", "_expired",
+    HOT = ("_claim_any", "_claim_typed", "_claim_any_b", "_claim_typed_b", "_claim_any_g",
+           "_claim_typed_g", "_expired",
            "_attempt_end", "_heartbeat", "_complete",
            "_by_id", "_by_ids")
     HOT_BY_HOLDER = ("_budget", "_retry_later", "_fail_now")
@@ -112,7 +113,8 @@ class Queue(Enqueue):
                                             self.engine.dialect)
         sa_dialect = self.engine.dialect
         for name in self.HOT:
-            setattr(self, name, Prepared(getattr(self, name), sa_dialect))
+            if getattr(self, name) is not None:  # (the guarded claims: PostgreSQL's alone)
+                setattr(self, name, Prepared(getattr(self, name), sa_dialect))
         for name in self.HOT_BY_HOLDER:
             setattr(self, name, {own: Prepared(stmt, sa_dialect)
                                  for own, stmt in getattr(self, name).items()})
@@ -161,6 +163,15 @@ class Queue(Enqueue):
         # A claim and its attempts in one statement may run in autocommit (_claim_alone).
         self._claims_alone = self._claim_opens_attempts and self.dialect.autocommits
         self._claim_any, self._claim_typed, self._claim_any_b, self._claim_typed_b = claims
+        # The same, guarded in SQL by what the first reads check in Python: one round trip
+        # where the reads and then the claim were two (_claim_alone).
+        self._claim_any_g = self._claim_typed_g = None
+        if self._claims_alone:
+            guard = _alone_guard()
+            self._claim_any_g, self._claim_typed_g = [self.dialect.claim_recording(
+                claim.where(self.dialect.in_subquery(jobs.c.id, q.where(guard))),
+                job_attempts, Outcome.RUNNING.value, alone=guard) for q in (due, typed)]
+        self._seen_limiter_rows = True  # until a claim's first reads say otherwise
         expired = (select(jobs.c.id, jobs.c.attempt)
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
                    .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
@@ -313,6 +324,7 @@ class Queue(Enqueue):
         if key is not None:
             reads.append((self._active_key, {"th": key}))
         got = Prepared.together(conn, reads, pipelined=self.dialect.pipelines)
+        self._seen_limiter_rows = bool(got[1])
         return got[0], got[1], key is None or is_key(got[2][0] if got[2] else None, key)
 
     def _claim_alone(self, worker: str, max_jobs: int, lease_seconds: float | None,
@@ -324,16 +336,27 @@ class Queue(Enqueue):
         for these types; else None, and the claim runs as a transaction."""
         with self.dialect.one_statement(self._write) as conn:
             now = self.clock()
-            expired, first, still = self._first_reads(conn, now, key)
-            if not still:
-                return _revoked(), []
-            everywhere, limited = claim_policy.limited_types(self.configured_limits, types,
-                                                             first)
-            self._remember(everywhere)
-            if expired or limited:
-                return None
             params = _claim_params(now, worker, max_jobs, lease_seconds, types)
-            rows = (self._claim_any if types is None else self._claim_typed).rows(conn, params)
+            if not self._seen_limiter_rows:
+                # No limiter row when last read (none is the common case): the claim alone,
+                # guarded in SQL by the first reads' conditions, answers whether they held.
+                # If not, the transaction reads them itself and decides.
+                got = (self._claim_any_g if types is None else self._claim_typed_g).rows(
+                    conn, {**params, "th": key})
+                if not got[0].alone:
+                    return None
+                rows = [r for r in got if r.id is not None]
+            else:
+                expired, first, still = self._first_reads(conn, now, key)
+                if not still:
+                    return _revoked(), []
+                everywhere, limited = claim_policy.limited_types(self.configured_limits,
+                                                                 types, first)
+                self._remember(everywhere)
+                if expired or limited:
+                    return None
+                rows = (self._claim_any if types is None else self._claim_typed).rows(
+                    conn, params)
         if len(rows) > 1:  # RETURNING has no order of its own
             rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return Claimed(), rows
@@ -620,6 +643,18 @@ def _claim_params(now: int, worker: str, max_jobs: int, lease_seconds: float | N
     if types is not None:
         params["types"] = list(types)
     return params
+
+
+def _alone_guard() -> ColumnElement[bool]:
+    """What lets a claim run alone, as SQL (``_claim_alone``): no lease run out, the key
+    ``:th`` (NULL: none sent) still active, and no limiter row at all (a type with a limit
+    in force has one; the config's limited types never get here)."""
+    b = bindparam
+    late = jobs.alias("late")
+    return and_(~select(late.c.id).where(late.c.status == Status.RUNNING.value,
+                                        late.c.lease_expires_at < b("now")).exists(),
+                or_(cast(b("th"), String).is_(None), ACTIVE_KEY.exists()),
+                ~select(type_limits.c.type).exists())
 
 
 def _revoked() -> Claimed:

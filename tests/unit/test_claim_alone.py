@@ -1,0 +1,79 @@
+"""The common claim in one statement (store/queue.py ``_claim_alone``), on both backends.
+
+On PostgreSQL a claim with nothing in its way is one guarded statement: no lease run out,
+the waiting claim's key still active, no limiter row. Each test first claims once, so the
+store has read that there is no limiter row, then puts one thing in the way: the claim
+must see it, as its first reads would. On SQLite the same tests run the transaction.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from helpers import add_job
+from queuelog.model.jobs import Status
+from queuelog.server.store.accounts import hash_token
+from queuelog.server.store import Store
+
+
+def _warm(store: Store) -> None:
+    """One claim on an empty queue: the store has read its limiter rows (none)."""
+    assert list(store.claim_many("w1", 1)) == []
+
+
+def test_a_claim_with_nothing_in_its_way_is_one_statement(store: Store) -> None:
+    if store.dialect.name != "postgresql":
+        pytest.skip("SQLite claims in a transaction: its write lock")
+    _warm(store)
+    job = add_job(store)
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", record)
+    try:
+        got = store.claim_many("w1", 5, key=None)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", record)
+    assert [j.id for j in got] == [job.id] and got[0].status is Status.RUNNING
+    assert len(sent) == 1, sent
+    assert store.get(job.id).attempts[0].worker_id == "w1"  # its attempt opened with it
+
+
+def test_a_lease_run_out_since_the_last_claim_is_taken_back_first(store: Store,
+                                                                   clock: Any) -> None:
+    _warm(store)
+    held, other = add_job(store), add_job(store)
+    assert store.claim("w1", lease_seconds=10).id == held.id
+    clock.advance(11)
+    got = store.claim_many("w2", 5)
+    assert [j.id for j in got] == [other.id]
+    taken_back = store.get(held.id)  # pending again, its retry scheduled
+    assert taken_back.status is Status.PENDING and taken_back.retry_count == 1
+
+
+def test_a_key_revoked_while_its_claim_waited_claims_nothing(store: Store) -> None:
+    _warm(store)
+    _, token = store.accounts.create_key("runner-1", "worker")
+    job = add_job(store)
+    store.accounts.revoke_key("runner-1")
+    got = store.claim_many("runner-1", 1, key=hash_token(token))
+    assert list(got) == [] and got.revoked
+    assert store.get(job.id).status is Status.PENDING
+
+
+def test_a_limit_set_on_another_server_holds_at_this_ones_next_claim(store: Store,
+                                                                      db_url: str) -> None:
+    _warm(store)
+    other = Store(db_url)  # another app server on the same database
+    try:
+        other.set_limits("sync", {"concurrency": 1}, "root")
+    finally:
+        other.close()
+    for _ in range(3):
+        add_job(store, "sync")
+    assert len(store.claim_many("w1", 10, types=["sync"])) == 1
+    assert len(store.claim_many("w1", 10)) == 0
