@@ -252,7 +252,8 @@ def claim_plan(slot: Slot, store: Store) -> str:
     captured: list[tuple[str, Any]] = []
 
     def record(_conn: Any, _cur: Any, statement: str, parameters: Any, *_: Any) -> None:
-        if statement.lstrip().upper().startswith("UPDATE JOBS SET STATUS"):
+        # PostgreSQL's claim is a CTE (WITH claimed AS (UPDATE ...)): the first UPDATE sent.
+        if "UPDATE JOBS SET STATUS" in statement.upper():
             captured.append((statement, parameters))
     event.listen(store.engine, "before_cursor_execute", record)
     try:

@@ -7,15 +7,17 @@ must see it, as its first reads would. On SQLite the same tests run the transact
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select, text
 
 from helpers import add_job
 from queuelog.model.jobs import Status
 from queuelog.server.store.accounts import hash_token
 from queuelog.server.store import Store
+from queuelog.server.store.queue import _alone_guard
 
 
 def _warm(store: Store) -> None:
@@ -77,3 +79,47 @@ def test_a_limit_set_on_another_server_holds_at_this_ones_next_claim(store: Stor
         add_job(store, "sync")
     assert len(store.claim_many("w1", 10, types=["sync"])) == 1
     assert len(store.claim_many("w1", 10)) == 0
+
+
+def test_the_guard_reads_one_lease_however_many_jobs_run(store: Store) -> None:
+    """The guard's lease check stays one index entry under a generic plan (PostgreSQL).
+
+    psycopg prepares the claim from its sixth run, and PostgreSQL may then keep a generic
+    plan, blind to ``:now``. An ``EXISTS (lease < :now)`` it planned there as a scan of
+    every running job (it guesses a third match, so the first is near; none does): 39 ms
+    a claim at 200,000 running jobs, against 0.65 ms for the earliest lease's min().
+    """
+    if store.dialect.name != "postgresql":
+        pytest.skip("the guarded claim is PostgreSQL's")
+    sql = select(_alone_guard()).compile(dialect=store.engine.dialect)
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        names.append(match.group(1))
+        return f"${len(names)}"
+    numbered = re.sub(r"%\((\w+)\)s", number, sql.string)
+    with store.engine.begin() as conn:
+        # Running jobs, every lease in the future, and statistics that know it.
+        conn.execute(text(
+            "INSERT INTO jobs (type, payload, priority, status, attempt, retry_count,"
+            " max_retries, run_at, created_at, updated_at, producer, worker_id,"
+            " lease_expires_at, claimed_at) SELECT 'email', '{}', 0, 'running', 1, 0, 3, 0,"
+            " 0, 0, 'p', 'w', 9000000000000000, 0 FROM generate_series(1, 20000)"))
+        conn.execute(text("ANALYZE jobs"))
+        conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE guard AS {numbered}")
+        args = {"now": 1_000, "th": None}
+        plan = conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE guard ("
+            + ", ".join("NULL" if args[n] is None else str(args[n]) for n in names)
+            + ")").scalar()
+        conn.exec_driver_sql("DEALLOCATE guard")
+    assert _rows_read(plan[0]["Plan"], "jobs") <= 1, plan
+
+
+def _rows_read(node: dict[str, Any], table: str) -> int:
+    """Rows a plan's scans of ``table`` returned, all loops, the whole tree."""
+    own = (node.get("Actual Rows", 0) * node.get("Actual Loops", 1)
+           + node.get("Rows Removed by Filter", 0)
+           if node.get("Relation Name") == table else 0)
+    return own + sum(_rows_read(child, table) for child in node.get("Plans", []))
