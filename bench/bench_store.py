@@ -4,7 +4,9 @@
       same statements in the same transactions;
   (b) claim+complete cost with a small vs a large backlog of pending jobs (about 1.0 means
       the claim is an index walk that does not grow with the table);
-  (c) enqueue over HTTP (Flask test client, no network) vs the store's enqueue.
+  (c) enqueue over HTTP (Flask test client, no network) vs the store's enqueue;
+  (d) a claim of one type (``email``) with the large backlog made of another type
+      (``pdf``, a higher priority: ahead of it in claim order) vs with the small one.
 
     python bench/bench_store.py                      # SQLite in a temp dir
     python bench/bench_store.py --database-url postgresql+psycopg://postgres@127.0.0.1/queuelog
@@ -105,14 +107,16 @@ class Slot:
                 conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {self.schema} CASCADE")
             engine.dispose()
 
-    def fill(self, store: Store, n: int) -> float:
-        """Insert ``n`` due pending jobs of mixed priority in one statement; return seconds."""
+    def fill(self, store: Store, n: int, type: str = "email", priority: str = "") -> float:
+        """Insert ``n`` due pending jobs in one statement, of mixed priority unless
+        ``priority`` (SQL) is given; return seconds."""
         started = time.perf_counter()
         now = now_us()
         cols = ("INSERT INTO jobs (type, payload, priority, status, attempt, retry_count, "
                 "max_retries, producer, run_at, created_at, updated_at) ")
         # Priority (i mod 4) * 10, spelled so that SQLite and PostgreSQL both take it.
-        row = (f"SELECT 'email', '{{\"to\": \"a@b.c\"}}', (i - i / 4 * 4) * 10, 'pending', "
+        row = (f"SELECT '{type}', '{{\"to\": \"a@b.c\"}}', {priority or '(i - i / 4 * 4) * 10'}, "
+               f"'pending', "
                f"0, 0, 3, 'bench', {now - 60_000_000} + i, {now}, {now}")
         if self.postgres:
             sql = cols + row + f" FROM generate_series(1, {int(n)}) AS s(i)"
@@ -196,9 +200,9 @@ class RawQueue:
         self.conn.close()
 
 
-def store_claim_complete(store: Store) -> None:
-    """One claim and one complete through the store."""
-    job = store.claim(WORKER, lease_seconds=300)
+def store_claim_complete(store: Store, types: list[str] | None = None) -> None:
+    """One claim (of ``types``, else any) and one complete through the store."""
+    job = store.claim(WORKER, lease_seconds=300, types=types)
     assert job is not None, "the benchmark ran out of jobs"
     store.complete(job.id, WORKER, job.attempt, '{"ok":true}')
 
@@ -295,6 +299,27 @@ def bench_backlog(small: Slot, large: Slot, sizes: tuple[int, int], runs: int,
     return out
 
 
+def bench_other_type(small: Slot, large: Slot, sizes: tuple[int, int], runs: int,
+                     ops: int) -> dict[str, Any]:
+    """(d) claims of ``email`` behind ``sizes[1]`` pending ``pdf`` jobs, against behind
+    ``sizes[0]``; measured in alternation."""
+    stores = []
+    for slot, size in zip((small, large), sizes):
+        store = slot.reset()
+        slot.fill(store, size, type="pdf", priority="50")
+        slot.fill(store, (runs + 1) * ops + 10)
+        stores.append(store)
+    rates: list[list[float]] = [[], []]
+    for i in range(runs):
+        for k in ((0, 1) if i % 2 == 0 else (1, 0)):
+            rates[k].append(rate(lambda: store_claim_complete(stores[k], ["email"]), ops))
+    for store in stores:
+        store.close()
+    small_rate, large_rate = (statistics.median(r) for r in rates)
+    return {"small": small_rate, "large": large_rate,
+            "ratio": statistics.median(b / a for a, b in zip(*rates))}
+
+
 def bench_http(slot: Slot, runs: int, ops: int) -> dict[str, Any]:
     """(c) enqueue through the HTTP stack (test client) vs the store's enqueue."""
     slot.reset().close()  # the app creates its own store on the same (empty) database
@@ -363,7 +388,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run(args: argparse.Namespace, slots: dict[str, Slot]) -> None:
-    """The three measurements, printed as one table."""
+    """The four measurements, printed as one table."""
     postgres = slots["raw"].postgres
     backend = "PostgreSQL" if postgres else \
         f"SQLite {sqlite3.sqlite_version}, synchronous={slots['raw'].synchronous}"
@@ -379,6 +404,12 @@ def run(args: argparse.Namespace, slots: dict[str, Slot]) -> None:
     rows += [(f"claim+complete, {args.small:,} pending", f"{b['small']:,.0f}/s", "1.00"),
              (f"claim+complete, {args.large:,} pending", f"{b['large']:,.0f}/s",
               f"{b['ratio']:.2f} of {args.small:,}")]
+    d = bench_other_type(slots["small"], slots["large"], (args.small, args.large), args.runs,
+                         args.ops)
+    rows += [(f"claim of one type, {args.small:,} of another ahead", f"{d['small']:,.0f}/s",
+              "1.00"),
+             (f"claim of one type, {args.large:,} of another ahead", f"{d['large']:,.0f}/s",
+              f"{d['ratio']:.2f} of {args.small:,}")]
     if not args.skip_http:
         c = bench_http(slots["http"], args.runs, args.http_ops)
         rows += [("enqueue, store", f"{c['store']:,.0f}/s", "1.00"),

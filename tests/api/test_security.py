@@ -379,7 +379,8 @@ _TRUSTED = {"synchronous"}
 # The SQLite claim text: ``typed`` and ``policy`` are SQL of the store's own, never a value.
 # The many-row INSERTs: table and column names and types from tables.py, each value a
 # bound parameter (one JSON text on PostgreSQL, one placeholder each on SQLite).
-_REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(typed=typed, policy=policy_sql))"),
+_REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(index=index, typed=typed, "
+                            "policy=policy_sql))"),
              ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
                             "columns=', '.join(columns), "
                             "returning=_returning(table, returning)))"),

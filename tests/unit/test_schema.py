@@ -106,7 +106,8 @@ def _one(sent: list[tuple[str, Any]], starts: str) -> tuple[str, Any]:
 
 def test_the_schema_has_the_claim_and_list_indexes(store):
     names = {ix["name"] for ix in inspect(store.engine).get_indexes("jobs")}
-    assert {"ix_jobs_claim", "ix_jobs_lease", "ix_jobs_status_id", "ix_jobs_type_id",
+    assert {"ix_jobs_claim", "ix_jobs_pending_type_claim", "ix_jobs_lease", "ix_jobs_status_id",
+            "ix_jobs_type_id",
             "ix_jobs_priority_id", "ix_jobs_producer_id", "ix_jobs_status_type_id"} <= names
 
 
@@ -116,6 +117,15 @@ def test_claim_walks_the_claim_index(filled, types):
         assert filled.claim("w", lease_seconds=60, types=types) is not None
     statement, params = _one(sent, "UPDATE JOBS")
     assert_indexed(filled, plan(filled, statement, params), "ix_jobs_claim")
+
+
+def test_a_claim_of_one_type_walks_that_types_index(filled):
+    """Not ix_jobs_claim: there it would pass every due job of the other types ahead of
+    its own (a backlog of 300,000 of another type: 27-40 ms a claim, not 0.5-2)."""
+    with recorded(filled) as sent:
+        assert filled.claim("w", lease_seconds=60, types=["pdf"]) is not None
+    statement, params = _one(sent, "UPDATE JOBS")
+    assert_indexed(filled, plan(filled, statement, params), "ix_jobs_pending_type_claim")
 
 
 def test_lease_take_back_walks_the_lease_index(filled):

@@ -106,12 +106,13 @@ class Dialect:
     def yield_lock(self, started: float) -> None:
         """Between a bulk action's batches: give waiting writers their turn, if needed."""
 
-    def claim_candidates(self, due: Select[Any], typed: Select[Any], policy_sql: str,
-                         params: tuple[Any, ...] = ()) -> tuple[Any, Any]:
-        """The claim's due-job subqueries (any type, ``:types`` only), as this database runs
-        them best; ``policy_sql`` is the claim policy's condition as SQLite text, and
-        ``params`` the (expanding) parameters it names."""
-        return self.skip_locked(due), self.skip_locked(typed)
+    def claim_candidates(self, walks: Mapping[str, Select[Any]], policy_sql: str,
+                         params: tuple[Any, ...] = ()) -> dict[str, Any]:
+        """The claim's due-job subqueries by kind (``any`` type, ``one`` type ``:type1``,
+        ``many`` types ``:types``), as this database runs them best; ``policy_sql`` is the
+        claim policy's condition as SQLite text, and ``params`` the (expanding) parameters
+        it names."""
+        return {kind: self.skip_locked(walk) for kind, walk in walks.items()}
 
     def expired_leases(self, query: Select[Any], limit: int) -> Any:
         """The lease take-back's pick of running jobs past their lease (id, attempt)."""
@@ -280,19 +281,24 @@ class SQLiteDialect(Dialect):
         """
         time.sleep(max(MIN_PAUSE, time.perf_counter() - started))
 
-    def claim_candidates(self, due: Select[Any], typed: Select[Any], policy_sql: str,
-                         params: tuple[Any, ...] = ()) -> tuple[Any, Any]:
+    def claim_candidates(self, walks: Mapping[str, Select[Any]], policy_sql: str,
+                         params: tuple[Any, ...] = ()) -> dict[str, Any]:
         """Hand-pinned text, because SQLAlchemy renders no INDEXED BY.
 
         A new SQLite database has no ANALYZE statistics, and without them the planner
         takes a (status, ...) list index and sorts every pending job on each claim
-        (measured: 18 claims/s at 100k pending). INDEXED BY pins the claim-order walk.
-        No SKIP LOCKED: the write lock already keeps other claims out.
+        (measured: 18 claims/s at 100k pending). INDEXED BY pins the claim-order walk:
+        of every pending job, or of one type's. No SKIP LOCKED: the write lock already
+        keeps other claims out.
         """
-        cols = list(due.selected_columns)
-        return (_due_text("", policy_sql, [*params], cols),
-                _due_text("AND cand.type IN :types ", policy_sql,
-                          [bindparam("types", expanding=True), *params], cols))
+        cols = list(walks["any"].selected_columns)
+        pinned = {"any": ("INDEXED BY ix_jobs_claim", "", ()),
+                  "one": ("INDEXED BY ix_jobs_pending_type_claim", "AND cand.type = :type1 ",
+                          (bindparam("type1"),)),
+                  "many": ("INDEXED BY ix_jobs_claim", "AND cand.type IN :types ",
+                           (bindparam("types", expanding=True),))}
+        return {kind: _due_text(index, typed, policy_sql, [*own, *params], cols)
+                for kind, (index, typed, own) in pinned.items()}
 
     def expired_leases(self, query: Select[Any], limit: int) -> Any:
         """Pinned to the lease index (running jobs only, by lease end)."""
@@ -372,7 +378,7 @@ def _wake_folder(engine: Engine) -> str | None:
 
 # The claim's walk; ``typed`` and ``policy`` are SQL from this package (never a value):
 # every value is a bound parameter.
-_SQLITE_DUE = ("SELECT cand.id FROM jobs AS cand INDEXED BY ix_jobs_claim "
+_SQLITE_DUE = ("SELECT cand.id FROM jobs AS cand {index} "
                "WHERE cand.status = 'pending' AND cand.run_at <= :now {typed}"
                "AND {policy} "
                "ORDER BY cand.priority DESC, cand.run_at, cand.id LIMIT :n")
@@ -381,9 +387,11 @@ _SQLITE_EXPIRED = text("SELECT id, attempt FROM jobs INDEXED BY ix_jobs_lease "
                        "ORDER BY lease_expires_at LIMIT :lim")
 
 
-def _due_text(typed: str, policy_sql: str, params: list[Any], columns: list[Any]) -> Any:
-    """SQLite's claim subquery as pinned text (``typed``: the worker's types, or nothing)."""
-    return (text(_SQLITE_DUE.format(typed=typed, policy=policy_sql))
+def _due_text(index: str, typed: str, policy_sql: str, params: list[Any],
+              columns: list[Any]) -> Any:
+    """SQLite's claim subquery as pinned text: ``index`` its INDEXED BY, ``typed`` the
+    worker's types (or nothing)."""
+    return (text(_SQLITE_DUE.format(index=index, typed=typed, policy=policy_sql))
             .bindparams(bindparam("now"), bindparam("n"), *params).columns(*columns))
 
 

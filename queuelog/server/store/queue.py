@@ -95,11 +95,9 @@ class Queue(Enqueue):
 
     # The statements the job verbs run on every call: compiled once and run on the
     # driver's cursor (prepared.py); purge's pick is still extended per call, as Core.
-    HOT = ("_claim_any", "_claim_typed", "_claim_any_b", "_claim_typed_b", "_claim_any_g",
-           "_claim_typed_g", "_expired",
-           "_attempt_end", "_heartbeat", "_complete",
-           "_by_id", "_by_ids")
-    HOT_BY_HOLDER = ("_budget", "_retry_later", "_fail_now")
+    HOT = ("_expired", "_attempt_end", "_heartbeat", "_complete", "_by_id", "_by_ids")
+    # Dicts of them: the claims by their types' kind (_kind), the rest by holder.
+    HOT_BY_KEY = ("_claims", "_claims_b", "_claims_g", "_budget", "_retry_later", "_fail_now")
 
     def _prepare(self) -> None:
         self._prepare_enqueue()
@@ -114,9 +112,8 @@ class Queue(Enqueue):
                                             self.engine.dialect)
         sa_dialect = self.engine.dialect
         for name in self.HOT:
-            if getattr(self, name) is not None:  # (the guarded claims: PostgreSQL's alone)
-                setattr(self, name, Prepared(getattr(self, name), sa_dialect))
-        for name in self.HOT_BY_HOLDER:
+            setattr(self, name, Prepared(getattr(self, name), sa_dialect))
+        for name in self.HOT_BY_KEY:
             setattr(self, name, {own: Prepared(stmt, sa_dialect)
                                  for own, stmt in getattr(self, name).items()})
 
@@ -138,14 +135,17 @@ class Queue(Enqueue):
         due = (select(cand.c.id).where(status_is(Status.PENDING, cand), cand.c.run_at <= b("now"),
                                        policy)
                .order_by(cand.c.priority.desc(), cand.c.run_at, cand.c.id).limit(b("n")))
-        typed = due.where(cand.c.type.in_(b("types", expanding=True)))
+        # By the claim's types (_kind): one type is an equality, which walks that type's
+        # own index (ix_jobs_pending_type_claim), not every type's jobs ahead of it.
+        walks = {"any": due, "one": due.where(cand.c.type == b("type1")),
+                 "many": due.where(cand.c.type.in_(b("types", expanding=True)))}
         # The same walks skipping the types at their limit (flow control): used only when a
         # limit leaves some type nothing, so a claim without one runs the statement above.
         skip = claim_policy.not_blocked(cand)
-        due_b, typed_b = self.dialect.claim_candidates(
-            due.where(skip), typed.where(skip),
+        walks_b = self.dialect.claim_candidates(
+            {kind: walk.where(skip) for kind, walk in walks.items()},
             f"{sql_of(policy)} AND {claim_policy.BLOCKED_SQL}", (claim_policy.BLOCKED_PARAM,))
-        due, typed = self.dialect.claim_candidates(due, typed, sql_of(policy))
+        walks = self.dialect.claim_candidates(walks, sql_of(policy))
         claim = (update(jobs).where(status_is(Status.PENDING))
                  .values(status=Status.RUNNING.value, attempt=jobs.c.attempt + 1,
                          worker_id=b("wkr"), claimed_at=b("now"),
@@ -153,25 +153,27 @@ class Queue(Enqueue):
                  .returning(*jobs.c))
         # The first n due jobs in claim order (one for a single claim). PostgreSQL: the
         # subquery locks them, skipping rows another claim holds; SQLite: the write lock.
-        claims = [claim.where(self.dialect.in_subquery(jobs.c.id, q))
-                  for q in (due, typed, due_b, typed_b)]
-        recording = [self.dialect.claim_recording(c, job_attempts, Outcome.RUNNING.value)
-                     for c in claims]
-        # Where the claim opens the attempts itself (PostgreSQL), none are inserted after.
-        self._claim_opens_attempts = recording[0] is not None
-        if self._claim_opens_attempts:
-            claims = recording
+        def claiming(walk: Any, **guarded: Any) -> Any:
+            """The claim of what ``walk`` picks, opening their attempts where the database
+            does that in the same statement (PostgreSQL: none are inserted after)."""
+            taking = claim.where(self.dialect.in_subquery(jobs.c.id, walk))
+            recording = self.dialect.claim_recording(taking, job_attempts,
+                                                     Outcome.RUNNING.value, **guarded)
+            return taking if recording is None else recording
+
+        self._claim_opens_attempts = self.dialect.claim_recording(
+            claim, job_attempts, Outcome.RUNNING.value) is not None
+        self._claims = {kind: claiming(walk) for kind, walk in walks.items()}
+        self._claims_b = {kind: claiming(walk) for kind, walk in walks_b.items()}
         # A claim and its attempts in one statement may run in autocommit (_claim_alone).
         self._claims_alone = self._claim_opens_attempts and self.dialect.autocommits
-        self._claim_any, self._claim_typed, self._claim_any_b, self._claim_typed_b = claims
         # The same, guarded in SQL by what the first reads check in Python: one round trip
         # where the reads and then the claim were two (_claim_alone).
-        self._claim_any_g = self._claim_typed_g = None
+        self._claims_g: dict[str, Any] = {}
         if self._claims_alone:
             guard = _alone_guard()
-            self._claim_any_g, self._claim_typed_g = [self.dialect.claim_recording(
-                claim.where(self.dialect.in_subquery(jobs.c.id, q.where(guard))),
-                job_attempts, Outcome.RUNNING.value, alone=guard) for q in (due, typed)]
+            self._claims_g = {kind: claiming(walk.where(guard), alone=guard)
+                              for kind, walk in walks.items()}
         self._seen_limiter_rows = True  # until a claim's first reads say otherwise
         expired = (select(jobs.c.id, jobs.c.attempt)
                    .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
@@ -285,11 +287,10 @@ class Queue(Enqueue):
                 first=None if expired else first)
             self._remember(limits)
             if allow is None:
-                rows = (self._claim_any if types is None else self._claim_typed).rows(conn,
-                                                                                      params)
+                rows = self._claims[_kind(types)].rows(conn, params)
             else:
                 rows = claim_policy.take(
-                    lambda blocked, k: self._claim_round(conn, params, blocked, k),
+                    lambda blocked, k: self._claim_round(conn, types, params, blocked, k),
                     max_jobs, allow)
                 if not rows and allow.next_due_us is not None:
                     out.next_due_in = (allow.next_due_us - now) / 1e6
@@ -342,8 +343,7 @@ class Queue(Enqueue):
                 # No limiter row when last read (none is the common case): the claim alone,
                 # guarded in SQL by the first reads' conditions, answers whether they held.
                 # If not, the transaction reads them itself and decides.
-                got = (self._claim_any_g if types is None else self._claim_typed_g).rows(
-                    conn, {**params, "th": key})
+                got = self._claims_g[_kind(types)].rows(conn, {**params, "th": key})
                 if not got[0].alone:
                     return None
                 rows = [r for r in got if r.id is not None]
@@ -356,21 +356,17 @@ class Queue(Enqueue):
                 self._remember(everywhere)
                 if expired or limited:
                     return None
-                rows = (self._claim_any if types is None else self._claim_typed).rows(
-                    conn, params)
+                rows = self._claims[_kind(types)].rows(conn, params)
         if len(rows) > 1:  # RETURNING has no order of its own
             rows.sort(key=lambda r: (-r.priority, r.run_at, r.id))
         return Claimed(), rows
 
-    def _claim_round(self, conn: Connection, params: dict[str, Any], blocked: list[str],
-                     n: int) -> list[Any]:
+    def _claim_round(self, conn: Connection, types: Sequence[str] | None,
+                     params: dict[str, Any], blocked: list[str], n: int) -> list[Any]:
         """One claim statement for up to ``n`` jobs, skipping the ``blocked`` types."""
-        typed = "types" in params
         if not blocked:
-            return (self._claim_typed if typed else self._claim_any).rows(
-                conn, {**params, "n": n})
-        return (self._claim_typed_b if typed else self._claim_any_b).rows(
-            conn, {**params, "n": n, "blocked": blocked})
+            return self._claims[_kind(types)].rows(conn, {**params, "n": n})
+        return self._claims_b[_kind(types)].rows(conn, {**params, "n": n, "blocked": blocked})
 
     def heartbeat(self, job_id: int, worker: str, attempt: int, *,
                   lease_seconds: float | None = None) -> Job:
@@ -641,9 +637,16 @@ def _claim_params(now: int, worker: str, max_jobs: int, lease_seconds: float | N
     """The claim statements' parameters."""
     params: dict[str, Any] = {"now": now, "wkr": worker, "n": max_jobs,
                               "lease_us": _us_or_none(lease_seconds)}
-    if types is not None:
+    if types is not None and len(types) == 1:
+        params["type1"] = types[0]
+    elif types is not None:
         params["types"] = list(types)
     return params
+
+
+def _kind(types: Sequence[str] | None) -> str:
+    """Which of a claim's statements serves ``types``: any type, one, or several."""
+    return "any" if types is None else "one" if len(types) == 1 else "many"
 
 
 def _alone_guard() -> ColumnElement[bool]:

@@ -46,6 +46,12 @@ jobs = Table(
 # The claim walks this partial index in claim order and stops at the first due row.
 Index("ix_jobs_claim", jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id,
       sqlite_where=text("status = 'pending'"), postgresql_where=text("status = 'pending'"))
+# A claim of one type walks its own jobs in claim order: in ix_jobs_claim it would pass
+# every due job of the other types ahead of them (a backlog of one type at a higher
+# priority, or older, made each claim of another type read all of it: migration 0011).
+Index("ix_jobs_pending_type_claim", jobs.c.type, jobs.c.priority.desc(), jobs.c.run_at,
+      jobs.c.id, sqlite_where=text("status = 'pending'"),
+      postgresql_where=text("status = 'pending'"))
 # Taking back expired leases looks only at running jobs, oldest lease first.
 Index("ix_jobs_lease", jobs.c.lease_expires_at,
       sqlite_where=text("status = 'running'"), postgresql_where=text("status = 'running'"))
