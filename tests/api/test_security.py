@@ -376,11 +376,14 @@ def test_v08_sql_looking_input_is_data(client, producer, admin, store):
 # written as literals so SQLite can match partial indexes) and the checked PRAGMA word.
 _TRUSTED = {"synchronous"}
 # Reviewed one by one: formats that splice only static SQL fragments chosen in the code.
-# The SQLite claim text: ``typed`` and ``policy`` are SQL of the store's own, never a value.
+# The SQLite claim text: ``index``, ``typed`` and ``policy`` are SQL of the store's own, never
+# a value, and so is the per-type walk it is wrapped in.
 # The many-row INSERTs: table and column names and types from tables.py, each value a
 # bound parameter (one JSON text on PostgreSQL, one placeholder each on SQLite).
 _REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(index=index, typed=typed, "
                             "policy=policy_sql))"),
+             ("dialect.py", "text(_SQLITE_EACH_TYPE.format(walk=_SQLITE_DUE.format("
+                            "index=index, typed=typed, policy=policy_sql)))"),
              ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
                             "columns=', '.join(columns), "
                             "returning=_returning(table, returning)))"),

@@ -79,6 +79,23 @@ def test_claim_with_types_takes_only_those(store):
     assert store.claim("w", lease_seconds=60).id == email.id
 
 
+def test_a_claim_of_several_types_takes_them_in_claim_order_across_types(store, clock):
+    """Each type's best jobs are merged by priority, then run_at, then id; a type named
+    twice counts once; a job not yet due and another type's job are never taken."""
+    ahead = [add_job(store, "email", priority=30) for _ in range(3)]  # another type, first
+    sync_low = add_job(store, "sync", priority=0)
+    pdf_high = add_job(store, "pdf", priority=20)
+    add_job(store, "pdf", priority=30, run_at=clock.now + 60 * US)  # not due
+    sync_high = add_job(store, "sync", priority=20)
+    pdf_low = add_job(store, "pdf", priority=0)
+    clock.advance(1)
+    got = store.claim_many("w", 3, lease_seconds=60, types=["pdf", "sync", "pdf"])
+    assert [j.id for j in got] == [pdf_high.id, sync_high.id, sync_low.id]
+    rest = store.claim_many("w", 5, lease_seconds=60, types=["sync", "pdf"])
+    assert [j.id for j in rest] == [pdf_low.id]
+    assert {store.get(j.id).status for j in ahead} == {Status.PENDING}
+
+
 def test_claim_marks_the_job_running_and_opens_an_attempt(store, clock):
     job = add_job(store)
     clock.advance(1)
