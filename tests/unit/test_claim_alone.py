@@ -108,7 +108,7 @@ def test_the_guard_reads_one_lease_however_many_jobs_run(store: Store) -> None:
         conn.execute(text("ANALYZE jobs"))
         conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
         conn.exec_driver_sql(f"PREPARE guard AS {numbered}")
-        args = {"now": 1_000, "th": None}
+        args = {**sql.params, "now": 1_000, "th": None}
         plan = conn.exec_driver_sql(
             "EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE guard ("
             + ", ".join("NULL" if args[n] is None else str(args[n]) for n in names)
