@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import re
+import threading
 from typing import Any
 
 import pytest
@@ -94,6 +95,30 @@ def test_a_claim_of_several_types_takes_them_in_claim_order_across_types(store, 
     rest = store.claim_many("w", 5, lease_seconds=60, types=["sync", "pdf"])
     assert [j.id for j in rest] == [pdf_low.id]
     assert {store.get(j.id).status for j in ahead} == {Status.PENDING}
+
+
+def test_claims_of_several_types_at_once_take_each_job_once(store, db_url):
+    """Four stores (as four servers) claiming two types at once: every job once, none
+    left behind (on PostgreSQL each type's walk locks as it goes and skips held rows)."""
+    ids = {add_job(store, "pdf" if i % 3 else "sync", priority=i % 4).id for i in range(120)}
+    for i in range(40):
+        add_job(store, "email", priority=30)  # another type, ahead of them all
+    servers = [Store(db_url) for _ in range(4)]
+    got: list[int] = []
+
+    def drain(server: Store) -> None:
+        while batch := server.claim_many("w", 3, lease_seconds=60, types=["pdf", "sync"]):
+            got.extend(j.id for j in batch)
+    try:
+        threads = [threading.Thread(target=drain, args=(s,)) for s in servers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for server in servers:
+            server.close()
+    assert sorted(got) == sorted(ids)
 
 
 def test_claim_marks_the_job_running_and_opens_an_attempt(store, clock):

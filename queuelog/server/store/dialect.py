@@ -13,9 +13,9 @@ import os
 import time
 from typing import Any, Callable, Mapping, Sequence
 
-from sqlalchemy import (JSON, ColumnElement, Engine, Select, TextClause, any_, bindparam,
-                        create_engine, case, event, func, insert, literal, select, text, true,
-                        update)
+from sqlalchemy import (ARRAY, JSON, ColumnElement, Engine, Select, String, TextClause, any_,
+                        bindparam, cast, create_engine, case, event, func, insert, literal,
+                        select, text, true, update)
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import make_url
@@ -108,11 +108,13 @@ class Dialect:
         """Between a bulk action's batches: give waiting writers their turn, if needed."""
 
     def claim_candidates(self, walks: Mapping[str, Select[Any]], policy_sql: str,
-                         params: tuple[Any, ...] = ()) -> dict[str, Any]:
+                         params: tuple[Any, ...] = (), *,
+                         of_type: Callable[[Any], Select[Any]] | None = None
+                         ) -> dict[str, Any]:
         """The claim's due-job subqueries by kind (``any`` type, ``one`` type ``:type1``,
         ``many`` types ``:types``), as this database runs them best; ``policy_sql`` is the
         claim policy's condition as SQLite text, and ``params`` the (expanding) parameters
-        it names."""
+        it names; ``of_type(column)``: one type's walk, with its order's columns."""
         return {kind: self.skip_locked(walk) for kind, walk in walks.items()}
 
     def expired_leases(self, query: Select[Any], limit: int) -> Any:
@@ -283,7 +285,9 @@ class SQLiteDialect(Dialect):
         time.sleep(max(MIN_PAUSE, time.perf_counter() - started))
 
     def claim_candidates(self, walks: Mapping[str, Select[Any]], policy_sql: str,
-                         params: tuple[Any, ...] = ()) -> dict[str, Any]:
+                         params: tuple[Any, ...] = (), *,
+                         of_type: Callable[[Any], Select[Any]] | None = None
+                         ) -> dict[str, Any]:
         """Hand-pinned text, because SQLAlchemy renders no INDEXED BY.
 
         A new SQLite database has no ANALYZE statistics, and without them the planner
@@ -503,6 +507,25 @@ class PostgresDialect(Dialect):
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         """FOR UPDATE SKIP LOCKED: a row another claim or purge holds is not ours."""
         return query.with_for_update(skip_locked=True)
+
+    def claim_candidates(self, walks: Mapping[str, Select[Any]], policy_sql: str,
+                         params: tuple[Any, ...] = (), *,
+                         of_type: Callable[[Any], Select[Any]] | None = None
+                         ) -> dict[str, Any]:
+        """A claim of several types walks each type's own jobs (``of_type``), at most
+        :n each, locking as it goes, and keeps the best :n: one walk of ``type IN``
+        skipped every due job of the other types ahead of its own (83 ms a claim behind
+        300,000). It may lock up to :n jobs of each type and take :n; another claim
+        skips those for the statement's length, as it skips any claim's rows."""
+        out = super().claim_candidates(walks, policy_sql, params)
+        if of_type is not None:
+            types = (select(func.unnest(cast(bindparam("types"), ARRAY(String)))
+                            .label("type")).distinct().subquery("tt"))
+            each = self.skip_locked(of_type(types.c.type)).lateral("c")
+            out["many"] = (select(each.c.id).select_from(types.join(each, true()))
+                           .order_by(each.c.priority.desc(), each.c.run_at, each.c.id)
+                           .limit(bindparam("n")))
+        return out
 
     def for_update(self, query: Select[Any]) -> Select[Any]:
         """SELECT ... FOR UPDATE: a second claim of the same limited type waits here."""

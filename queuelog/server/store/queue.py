@@ -138,13 +138,20 @@ class Queue(Enqueue):
         # own index (ix_jobs_pending_type_claim), not every type's jobs ahead of it.
         walks = {"any": due, "one": due.where(cand.c.type == b("type1")),
                  "many": due.where(cand.c.type.in_(b("types", expanding=True)))}
+
+        def of_type(type_: Any) -> Any:
+            """The due jobs of the type ``type_`` names, in claim order, with their order's
+            columns: a claim of several types may walk each type's own (the dialect's)."""
+            return due.add_columns(cand.c.priority, cand.c.run_at).where(cand.c.type == type_)
+
         # The same walks skipping the types at their limit (flow control): used only when a
         # limit leaves some type nothing, so a claim without one runs the statement above.
         skip = claim_policy.not_blocked(cand)
         walks_b = self.dialect.claim_candidates(
             {kind: walk.where(skip) for kind, walk in walks.items()},
-            f"{sql_of(policy)} AND {claim_policy.BLOCKED_SQL}", (claim_policy.BLOCKED_PARAM,))
-        walks = self.dialect.claim_candidates(walks, sql_of(policy))
+            f"{sql_of(policy)} AND {claim_policy.BLOCKED_SQL}", (claim_policy.BLOCKED_PARAM,),
+            of_type=lambda type_: of_type(type_).where(skip))
+        walks = self.dialect.claim_candidates(walks, sql_of(policy), of_type=of_type)
         claim = (update(jobs).where(status_is(Status.PENDING))
                  .values(status=Status.RUNNING.value, attempt=jobs.c.attempt + 1,
                          worker_id=b("wkr"), claimed_at=b("now"),
