@@ -84,6 +84,7 @@ def main() -> None:
     server = Server(url, os.path.join(folder, "server.log"), workers=1, threads=8,
                     env={"QUEUELOG_JOB_TYPES": json.dumps({KIND: {}})}).start()
     base = f"http://127.0.0.1:{server.port}"
+    untimed = process.subprocess.Popen
     process.subprocess.Popen = TimedPopen  # type: ignore[misc]
     runner = Runner(TimedClient(base, token["w"]), ["date", "+%s%N"], types=[KIND],
                     log=open(os.devnull, "w"))
@@ -95,7 +96,7 @@ def main() -> None:
     finally:
         runner.stop()
         server.stop()
-        process.subprocess.Popen = TimedPopen.__mro__[1]  # type: ignore[misc]
+        process.subprocess.Popen = untimed  # type: ignore[misc]
     names = ("enqueue answered", "claim answered", "runner to Popen", "Popen call",
              "Popen to command's clock", "enqueue to command's clock")
     for name, column in zip(names, zip(*rows)):

@@ -135,13 +135,13 @@ class Queue(Enqueue):
                                        policy)
                .order_by(cand.c.priority.desc(), cand.c.run_at, cand.c.id).limit(b("n")))
         # By the claim's types (_kind): one type is an equality, which walks that type's
-        # own index (ix_jobs_pending_type_claim), not every type's jobs ahead of it.
-        walks = {"any": due, "one": due.where(cand.c.type == b("type1")),
-                 "many": due.where(cand.c.type.in_(b("types", expanding=True)))}
+        # own index (ix_jobs_pending_type_claim), not every type's jobs ahead of it; the
+        # dialect makes the claim of several types ("many") of one walk per type.
+        walks = {"any": due, "one": due.where(cand.c.type == b("type1"))}
 
         def of_type(type_: Any) -> Any:
             """The due jobs of the type ``type_`` names, in claim order, with their order's
-            columns: a claim of several types may walk each type's own (the dialect's)."""
+            columns: a claim of several types walks each type's own."""
             return due.add_columns(cand.c.priority, cand.c.run_at).where(cand.c.type == type_)
 
         # The same walks skipping the types at their limit (flow control): used only when a
