@@ -25,8 +25,8 @@ def create_app(test_config: dict[str, Any] | None = None, *, serving: bool = Tru
     the commands that start a server or set up the database, so ``queuelog --help`` or
     ``keys create`` never prints a password where nobody expects it.
     """
-    from flask import Flask
-    app = Flask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
+    from queuelog.server.app import QueuelogFlask
+    app = QueuelogFlask(__name__, instance_relative_config=True, template_folder=TEMPLATES)
     _configure(app, test_config)
     _install(app, serving=serving)
     if serving:
