@@ -467,7 +467,7 @@ class PostgresDialect(Dialect):
     backup_refusal = (
         "queuelog backup copies SQLite databases. On PostgreSQL use pg_dump, e.g. "
         "pg_dump -Fc -f queuelog.dump \"$DATABASE_URL\" (restore with pg_restore); "
-        "see the README, 'Backups and restore'.")
+        "see 'Backups and restore' in docs/maintenance.md.")
 
     autocommits = True
     boot_wait_seconds = 30.0  # a restart or a failover; SQLite's file does not come back
