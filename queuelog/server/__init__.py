@@ -78,10 +78,15 @@ def _install(app: Flask, *, serving: bool) -> None:
 
 
 def bootstrap_admin(app: Flask) -> str | None:
-    """Say where the database is; create user ``admin`` if no user exists, print it once."""
+    """Say where the database is (and whether the metrics count per worker); create user
+    ``admin`` if no user exists, print it once."""
     if not app.testing:
         print(f"queuelog: database {database_location(app.config['DATABASE_URL'])}",
               file=sys.stderr, flush=True)
+        from queuelog.server.metrics import per_worker_warning
+        warning = per_worker_warning(os.environ)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
     if not app.config["BOOTSTRAP_ADMIN"]:
         return None
     from queuelog.server.auth import hash_password

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 from flask import Flask, Response, g, request
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
@@ -83,6 +83,21 @@ def long_poll_waited(seconds: float) -> None:
 def multiprocess_dir() -> str | None:
     """The multiprocess directory, when prometheus_client runs in that mode."""
     return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def per_worker_warning(environ: Mapping[str, str]) -> str | None:
+    """The line a gunicorn worker prints when its counters would be its own, else None.
+
+    gunicorn's master sets ``SERVER_SOFTWARE`` (``gunicorn/<version>``) for its workers.
+    Without a multiprocess directory each worker counts alone and a scrape reads
+    whichever worker answered: a mistake made silently by a plain install's command.
+    """
+    if multiprocess_dir() is not None or not environ.get("SERVER_SOFTWARE", "").startswith(
+            "gunicorn/"):
+        return None
+    return ("queuelog: PROMETHEUS_MULTIPROC_DIR is not set: with more than one gunicorn "
+            "worker, /metrics counts each worker alone; start gunicorn from the checkout "
+            "(it reads gunicorn.conf.py) or add -c python:queuelog.server.gunicorn_hooks")
 
 
 class _DatabaseGauges:
