@@ -86,14 +86,15 @@ def multiprocess_dir() -> str | None:
 
 
 def per_worker_warning(environ: Mapping[str, str]) -> str | None:
-    """The line a gunicorn worker prints when its counters would be its own, else None.
+    """The line a gunicorn worker prints when its counters would be its own, else None
+    (``environ``: the process's, as ``os.environ``).
 
     gunicorn's master sets ``SERVER_SOFTWARE`` (``gunicorn/<version>``) for its workers.
     Without a multiprocess directory each worker counts alone and a scrape reads
     whichever worker answered: a mistake made silently by a plain install's command.
     """
-    if multiprocess_dir() is not None or not environ.get("SERVER_SOFTWARE", "").startswith(
-            "gunicorn/"):
+    if environ.get("PROMETHEUS_MULTIPROC_DIR") or not environ.get(
+            "SERVER_SOFTWARE", "").startswith("gunicorn/"):
         return None
     return ("queuelog: PROMETHEUS_MULTIPROC_DIR is not set: with more than one gunicorn "
             "worker, /metrics counts each worker alone; start gunicorn from the checkout "

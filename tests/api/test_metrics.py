@@ -279,14 +279,13 @@ def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> Non
     assert "PROMETHEUS_MULTIPROC_DIR is not set" not in (tmp_path / "server.log").read_text()
 
 
-def test_a_gunicorn_worker_counting_alone_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gunicorn_worker_counting_alone_says_so() -> None:
     """Under gunicorn without a multiprocess directory (a plain install's command without
     our hooks) the start prints how to fix it; with the directory, or outside gunicorn,
     nothing."""
     from queuelog.server.metrics import per_worker_warning
-    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
-    warning = per_worker_warning({"SERVER_SOFTWARE": "gunicorn/23.0.0"})
+    gunicorn = {"SERVER_SOFTWARE": "gunicorn/23.0.0"}
+    warning = per_worker_warning(gunicorn)
     assert warning is not None and "-c python:queuelog.server.gunicorn_hooks" in warning
     assert per_worker_warning({}) is None  # queuelog run, a test client
-    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/somewhere")
-    assert per_worker_warning({"SERVER_SOFTWARE": "gunicorn/23.0.0"}) is None
+    assert per_worker_warning({**gunicorn, "PROMETHEUS_MULTIPROC_DIR": "/somewhere"}) is None

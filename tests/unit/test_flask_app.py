@@ -32,13 +32,3 @@ def test_each_view_and_hook_is_checked_once(monkeypatch: Any) -> None:
         assert client.get("/x").get_data(as_text=True) == "ok"
     assert asked.count(view) == 1 and asked.count(hook) == 1
 
-
-def test_a_new_function_is_still_checked() -> None:
-    """A function met for the first time gets Flask's own answer (a plain one: itself)."""
-    app = QueuelogFlask(__name__)
-
-    def plain() -> None:
-        return None
-
-    assert app.ensure_sync(plain) is plain
-    assert app.ensure_sync(plain) is plain
