@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import event, func, select
 
 from helpers import until
@@ -260,4 +261,31 @@ def test_a_failed_commit_never_returns_a_connection_that_skips_its_fsync(
     with store.engine.connect() as conn:  # every pooled connection: FULL
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
     assert pool.checkedout() == 0
+    store.close()
+
+
+def test_a_lock_that_cannot_be_taken_fails_the_writer_with_its_own_error(
+        tmp_path: Path, monkeypatch: Any):
+    """The file lock is taken after the connection skips its fsync (set outside the lock):
+    if taking it fails, the writer gets that error, and the connection is dropped, not
+    pooled to skip the fsync of the next writer."""
+    import fcntl
+    from queuelog.server.store import turns
+    store = Store(f"sqlite:///{tmp_path}/nolock.db", sqlite_synchronous="FULL")
+    store.create_schema()
+    real = fcntl.flock
+
+    def refuse(fd: int, op: int) -> None:
+        if op == fcntl.LOCK_EX:
+            raise OSError("no locks available")
+        real(fd, op)
+
+    monkeypatch.setattr(turns.fcntl, "flock", refuse)
+    with pytest.raises(OSError, match="no locks available"):
+        store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    monkeypatch.setattr(turns.fcntl, "flock", real)
+    with store.engine.connect() as conn:  # every pooled connection: FULL
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
+    assert store.engine.pool.checkedout() == 0
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))  # the next writer writes
     store.close()

@@ -92,8 +92,9 @@ class Enqueue:
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
         if new.idempotency_key is None:  # one INSERT (its wake-up in it): whole by itself
+            values = self._values(new, self.clock())  # made before the write's turn
             with self.dialect.one_statement(self._write) as conn:
-                row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
+                row = self._insert_job.rows(conn, values)[0]
                 self.dialect.notify(conn, told=True)
                 self.on_jobs_written()
             return Job.from_row(row), True
