@@ -162,7 +162,8 @@ class WriteTurns:
         deferred = False
         try:
             # The pragma is this connection's own: set before the lock, so that the other
-            # processes do not wait for it (measured: 7% of a single enqueue's time in the lock).
+            # processes do not wait for it (5-7% of a single enqueue's time in the lock:
+            # bench/bench_spread.py --single --trace-turns).
             deferred = self._defer_sync(conn)
             fd = self._lock_file()
             if fd is not None:
