@@ -171,14 +171,14 @@ def main() -> None:
             with create_engine(url).begin() as conn:
                 conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, job_counts, "
                                   "job_count_deltas CASCADE"))
+        trace = tempfile.mkdtemp(prefix="ql-turns-") if args.trace_turns else None
         try:
-            trace = tempfile.mkdtemp(prefix="ql-turns-") if args.trace_turns else None
             print(one_round(url, args.requests, args.single, trace), flush=True)
-            if trace is not None:
-                shutil.rmtree(trace, ignore_errors=True)
         finally:
-            if folder is not None:  # the database, its WAL and its wake-up folder
-                shutil.rmtree(folder, ignore_errors=True)
+            # The database, its WAL and its wake-up folder; the turns' records.
+            for made in (folder, trace):
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -31,4 +31,3 @@ def test_each_view_and_hook_is_checked_once(monkeypatch: Any) -> None:
     for _ in range(3):
         assert client.get("/x").get_data(as_text=True) == "ok"
     assert asked.count(view) == 1 and asked.count(hook) == 1
-
