@@ -391,13 +391,16 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
         load.stop.set()
         for thread in threads:
             thread.join(timeout=70)
-        # Each process meets its cut connections once more (a 503), then serves again.
+        # Each process meets its cut connections once more (a 503), then serves again. Which
+        # process takes a new connection is the kernel's choice, so a process the load did not
+        # reach after the last cut may give its one 503 late: count them across every probe.
         health: list[int] = []
         while len(health) < 16 and health[-3:] != [200, 200, 200]:  # bounded: 16 probes
             health.append(request(server.port, "GET", "/healthz")[0])
-        fresh = [request(server.port, "POST", "/jobs", {"type": "email"},
-                         {**keys["producer"], "Idempotency-Key": "after"})[0]
-                 for _ in range(4)]
+        fresh: list[int] = []
+        while len(fresh) < 16 and fresh.count(503) + 4 > len(fresh):  # 4 answers, retried
+            fresh.append(request(server.port, "POST", "/jobs", {"type": "email"},
+                                 {**keys["producer"], "Idempotency-Key": "after"})[0])
     finally:
         load.stop.set()
         server.stop()
@@ -416,8 +419,10 @@ def test_postgresql_connections_cut_under_load_lose_nothing_and_heal(db_url, pro
     assert max(per_key.values()) == 1  # no key twice
     assert all(outcome == "completed" for _, outcome in load.checked_409), load.checked_409
     # No restart needed: at most one 503 per process (its pool renewed), then answers.
-    assert health.count(503) <= server.workers and health[-3:] == [200] * 3, health
-    assert fresh.count(503) <= server.workers and fresh[-1] == 200 and 201 in fresh, fresh
+    assert health[-3:] == [200] * 3, health
+    assert health.count(503) + fresh.count(503) <= server.workers, (health, fresh)
+    assert fresh[-1] == 200 and 201 in fresh and set(fresh) <= {200, 201, 503}, fresh
+    assert per_key["after"] == 1
     assert "Traceback" not in log
 
 
