@@ -1,0 +1,56 @@
+"""The claim's plan on PostgreSQL when the statistics predate a burst of jobs.
+
+A queue's table changes faster than autovacuum analyzes it. The claim must find the rows it
+picked by their primary key whatever the statistics say: a pending-only index filtered by id
+walks every pending job, once per claim (bench/bench_claim_plan.py measures both).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from queuelog.server.store import NewJob, Store
+
+JOBS = 2000
+
+
+def _burst_after_idle(store: Store) -> None:
+    """Jobs all finished and analyzed (no pending in the statistics), then as many new."""
+    batch = [NewJob(producer="p", type="email", payload_json="{}", priority=0,
+                    max_retries=0)] * 100
+    for _ in range(JOBS // 100):
+        store.enqueue_many(batch)
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET status = 'completed', finished_at = 1"))
+        conn.execute(text("ANALYZE jobs"))
+    for _ in range(JOBS // 100):
+        store.enqueue_many(batch)
+
+
+def _scans(node: dict[str, Any], alias: str) -> list[str]:
+    """The scans in ``node``'s plan of the table the plan names ``alias``, by index."""
+    found = []
+    if node.get("Alias") == alias and "Scan" in node["Node Type"]:
+        found.append(f"{node['Node Type']} {node.get('Index Name', '')}".strip())
+    for child in node.get("Plans", []):
+        found += _scans(child, alias)
+    return found
+
+
+def test_a_claim_after_a_burst_finds_its_rows_by_primary_key(store: Store) -> None:
+    if store.dialect.name != "postgresql":
+        pytest.skip("SQLite has no planner statistics to go stale; its claim is by rowid")
+    _burst_after_idle(store)
+    params = {"param_1": "running", "param_2": "running", "attempt_1": 1, "wkr": "w1",
+              "now": store.clock(), "lease_us": None, "param_3": 300_000_000, "n": 100}
+    with store.engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()
+        cursor.execute("EXPLAIN (FORMAT JSON) " + store._claims["any"].sql, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+        conn.rollback()
+    # The UPDATE's own rows ("jobs"; the walk of candidates is "cand").
+    assert _scans(plan, "jobs") == ["Index Scan jobs_pkey"], plan
+    got = store.claim_many("w1", 100)
+    assert len(got) == 100 and {j.status.value for j in got} == {"running"}
