@@ -5,7 +5,7 @@
 
 A queue's table changes faster than autovacuum analyzes it: a burst of jobs arrives where the
 last ANALYZE saw none pending, or in a new database that was never analyzed. The claim must
-stay an index walk of the first jobs in claim order whatever the statistics say. Three states,
+stay an index walk of the first jobs in claim order whatever the statistics say. Four states,
 each in a database of its own (created here, dropped at the end):
 
 - ``new``: a new database, never analyzed, then a burst of ``--jobs`` pending jobs;
