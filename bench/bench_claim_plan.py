@@ -97,11 +97,10 @@ def _prepare(store: Store, state: str, jobs: int) -> None:
 def _plan(store: Store) -> list[str]:
     """The scans of a 100-job claim's plan (run, then rolled back)."""
     stmt = store._claims["any"]  # the claim any worker without types makes
-    params = {"param_1": "running", "param_2": "running", "attempt_1": 1, "wkr": "plan",
-              "now": store.clock(), "lease_us": None, "param_3": 300_000_000, "n": 100}
+    sql, args = stmt.bound({"wkr": "plan", "now": store.clock(), "lease_us": None, "n": 100})
     with store.engine.connect() as conn:
         cursor = conn.connection.driver_connection.cursor()
-        cursor.execute("EXPLAIN (FORMAT JSON) " + stmt.sql, params)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + sql, args)
         plan = cursor.fetchone()[0]
         conn.rollback()
     scans: list[str] = []
