@@ -80,9 +80,10 @@ def long_poll_waited(seconds: float) -> None:
         g.queuelog_waited = g.get("queuelog_waited", 0.0) + seconds
 
 
-def multiprocess_dir() -> str | None:
-    """The multiprocess directory, when prometheus_client runs in that mode."""
-    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+def multiprocess_dir(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The multiprocess directory, when prometheus_client runs in that mode (``environ``:
+    the process's environment unless given)."""
+    return environ.get("PROMETHEUS_MULTIPROC_DIR") or None
 
 
 def per_worker_warning(environ: Mapping[str, str]) -> str | None:
@@ -93,8 +94,8 @@ def per_worker_warning(environ: Mapping[str, str]) -> str | None:
     Without a multiprocess directory each worker counts alone and a scrape reads
     whichever worker answered: a mistake made silently by a plain install's command.
     """
-    if environ.get("PROMETHEUS_MULTIPROC_DIR") or not environ.get(
-            "SERVER_SOFTWARE", "").startswith("gunicorn/"):
+    if multiprocess_dir(environ) or not environ.get("SERVER_SOFTWARE", "").startswith(
+            "gunicorn/"):
         return None
     return ("queuelog: PROMETHEUS_MULTIPROC_DIR is not set: with more than one gunicorn "
             "worker, /metrics counts each worker alone; start gunicorn from the checkout "
