@@ -58,14 +58,15 @@ def _install(app: Flask, *, serving: bool) -> None:
     A server waits for a database that is restarting; a command says at once that it does
     not answer."""
     from queuelog.server import (auth, commands, errors, jsonout, longpoll, metrics,
-                                 retention, schedules, store, ui, wakeups)
+                                 retention, schedules, ui, wakeups)
+    from queuelog.server import db
     from queuelog.server.api import admin, audit, producer, read, types, worker, workers
     from queuelog.server.api import schedules as schedules_api
     from queuelog.server.requests.parse import JobIdConverter
     app.url_map.converters["job_id"] = JobIdConverter
     jsonout.init_app(app)
     errors.init_app(app)
-    store.init_app(app, waiting=serving)
+    db.init_app(app, waiting=serving)
     for part in (metrics, auth, longpoll, wakeups):
         part.init_app(app)
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp,
@@ -90,7 +91,7 @@ def bootstrap_admin(app: Flask) -> str | None:
     if not app.config["BOOTSTRAP_ADMIN"]:
         return None
     from queuelog.server.auth import hash_password
-    from queuelog.server.store import get_store
+    from queuelog.server.db import get_store
     with app.app_context():
         accounts = get_store().accounts
         if accounts.has_users():

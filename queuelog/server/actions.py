@@ -25,8 +25,8 @@ from queuelog.server.auth import Principal, is_system_name
 from queuelog.server.longpoll import PollResult, long_polls
 from queuelog.server.sanitize import sanitize_error
 from queuelog.server.store import (ALL, ApiKey, Claimed, Event, NewJob, Page, Scope,
-                                   ScheduleState, TypeSummary, WorkerSummary, get_store,
-                                   hash_token)
+                                   ScheduleState, TypeSummary, WorkerSummary, hash_token)
+from queuelog.server.db import get_store
 
 CLI = "cli"  # the actor of every change made from the command line (a system name: auth)
 

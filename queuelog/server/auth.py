@@ -18,7 +18,7 @@ from werkzeug.security import check_password_hash, generate_password_hash
 from queuelog.model.problems import Forbidden, TooManyRequests, UnsupportedMediaType
 
 from queuelog.server.errors import problem, refusal
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 from queuelog.server.throttle import HashSlots, SignInThrottle
 
 ROLES = ("producer", "worker", "viewer", "admin", "metrics")

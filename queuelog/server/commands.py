@@ -21,7 +21,7 @@ from queuelog.server import actions, retention
 from queuelog.server.auth import KEY_ROLES, USER_ROLES, hash_password
 from queuelog.server.errors import is_unavailable, one_line
 from queuelog.server.requests.parse import is_name
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 
 
 def parse_duration(text: str) -> int:

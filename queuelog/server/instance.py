@@ -12,11 +12,11 @@ import sys
 
 from sqlalchemy.engine import make_url
 
-from queuelog.server.store.dialect import SQLiteDialect
+from queuelog.server.store.backends import SQLiteBackend
 
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
-SQLITE_COMPANIONS = ("", *SQLiteDialect.companions)
+SQLITE_COMPANIONS = ("", *SQLiteBackend.companions)
 
 
 def protect(instance_path: str, database_url: str) -> None:

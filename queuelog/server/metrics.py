@@ -226,7 +226,7 @@ def init_app(app: Flask) -> None:
         for outcome in OUTCOMES:
             ATTEMPTS.labels(job_type, outcome)
     store = app.extensions["queuelog.store"]
-    store.on_lease_expired = lambda job_type: attempt_finished(job_type, "lease_expired")
+    store.hook(lease_expired=lambda job_type: attempt_finished(job_type, "lease_expired"))
     # First in line, so the time includes whatever other before_request hooks do.
     app.before_request_funcs.setdefault(None, []).insert(0, _start_timer)
     app.after_request(_observe)

@@ -6,7 +6,7 @@ months?); a finished job older than its status's duration is deleted with its hi
 most once per ``RETENTION_INTERVAL_SECONDS`` per process, after the response to a request in
 which the store created or finished jobs (enqueue, complete, fail, cancel: single or batch,
 whatever the route) has been sent, one batch of at most ``RETENTION_BATCH`` jobs per status
-is deleted. The store says when (``Queue.on_jobs_written``), so a new route cannot be missed
+is deleted. The store says when (the store's ``jobs_written`` hook, called by every verb that creates or finishes jobs), so a new route cannot be missed
 the way a list of endpoint names once missed the batch routes.
 
 The same round folds the job counts' deltas (PostgreSQL's triggers append one row per
@@ -155,7 +155,7 @@ def init_app(app: Flask) -> Retention:
     app.extensions["queuelog.retention"] = retention
     if retention.active:
         # Never the claim (it does not call the hook), whose latency workers feel.
-        store.on_jobs_written = _mark_due
+        store.hook(jobs_written=_mark_due)
 
         @app.after_request
         def _schedule(response: Response) -> Response:

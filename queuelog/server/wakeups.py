@@ -1,10 +1,10 @@
 """Wake-ups across processes and app servers: every process hears what makes a job claimable.
 
-The store's verbs call ``Dialect.notify(conn)`` in the transaction that makes a job
+The store's verbs call ``Notifier.notify(conn)`` (store/notifier.py) in the transaction that makes a job
 claimable (enqueue, fail back to pending, retry, bulk retry, resume, a lease taken back;
 flow control adds a freed slot and a refilled rate the same way). At commit:
 
-- this process's long polls are woken at once (``Store.on_claimable`` rings the bell);
+- this process's long polls are woken at once (the store's ``claimable`` hook rings the bell);
 - every other process hears it through its one listener (PostgreSQL: ``LISTEN``, which
   reaches every app server on the database; SQLite: a datagram socket per process beside
   the database file, which reaches every process on the machine), and rings its bell.
@@ -39,7 +39,7 @@ class Wakeups:
         with self._lock:
             if self._pid == os.getpid():
                 return
-            self.listener = self.store.dialect.listen(self.store.engine, self.polls.bell.ring)
+            self.listener = self.store.listen(self.polls.bell.ring)
             self._pid = os.getpid()
 
 
@@ -47,7 +47,7 @@ def init_app(app: Flask) -> Wakeups:
     """Ring the app's long-poll bell on every claimable commit, here and elsewhere."""
     store = app.extensions["queuelog.store"]
     polls = app.extensions["queuelog.longpoll"]
-    store.on_claimable = polls.bell.ring
+    store.hook(claimable=polls.bell.ring)
     wakeups = Wakeups(store, polls)
     polls.before_wait = wakeups.ensure_listening
     app.extensions["queuelog.wakeups"] = wakeups

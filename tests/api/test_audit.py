@@ -83,7 +83,7 @@ def test_the_event_is_in_the_same_transaction_as_the_change(
 
     def broken(*args: Any, **kwargs: Any) -> None:
         raise WrongState("the audit log is broken")
-    monkeypatch.setattr("queuelog.server.store.queue.record", broken)
+    monkeypatch.setattr("queuelog.server.store.jobs.record", broken)
     with pytest.raises(WrongState):
         store.retry(job_id, actor="ada")
     assert store.get(job_id).status.value == "failed"  # rolled back with its event

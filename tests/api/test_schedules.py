@@ -99,7 +99,7 @@ def test_bad_schedules_are_422_and_store_nothing(client, producer, admin, body, 
 # -- backoff -------------------------------------------------------------------------
 def test_backoff_follows_the_formula_exactly(client, producer, worker, store, clock):
     """min(cap, base * 2^(n-1)) * uniform(0.5, 1), with the store's (seeded) rng."""
-    store.rng = random.Random(7)
+    store.jobs.rng = random.Random(7)
     expected_rng = random.Random(7)
     job = enqueue(client, producer, max_retries=5)
     for n in range(1, 6):

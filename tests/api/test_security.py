@@ -380,17 +380,18 @@ _TRUSTED = {"synchronous"}
 # a value, and so is the per-type walk it is wrapped in.
 # The many-row INSERTs: table and column names and types from tables.py, each value a
 # bound parameter (one JSON text on PostgreSQL, one placeholder each on SQLite).
-_REVIEWED = {("dialect.py", "text(_SQLITE_DUE.format(index=index, typed=typed, "
-                            "policy=policy_sql))"),
-             ("dialect.py", "text(_SQLITE_EACH_TYPE.format(walk=_SQLITE_DUE.format("
-                            "index=index, typed=typed, policy=policy_sql)))"),
-             ("dialect.py", "text(_SQLITE_INSERT_ROWS.format(table=table.name, "
-                            "columns=', '.join(columns), "
-                            "returning=_returning(table, returning)))"),
-             ("dialect.py", "text(_PG_INSERT_ROWS.format(table=table.name, "
-                            "columns=', '.join(columns), picks=picks, "
-                            "returning=_returning(table, returning, "
-                            "_PG_NOTIFIED if notifying else None)))")}
+# The complete statements: only their RETURNING column lists, written in the code.
+_REVIEWED = {("sqlite.py", "text(sql.EACH_TYPE.format(walk=walk) if kind == 'many' else walk)"),
+             ("sqlite.py", "text(sql.INSERT_ROWS.format(table=table.name, "
+                           "columns=', '.join(columns), "
+                           "returning=f' RETURNING {picks}' if picks else ''))"),
+             ("postgres.py", "text(sql.INSERT_ROWS.format(table=table.name, "
+                             "columns=', '.join(columns), picks=picks, "
+                             "returning=' RETURNING ' + ', '.join(back) if back else ''))"),
+             ("sqlite.py", "text(sql.COMPLETE.format(returning='*'))"),
+             ("sqlite.py", "text(sql.COMPLETE.format(returning='id, type, status'))"),
+             ("postgres.py", "text(sql.COMPLETE.format(returning='done.*'))"),
+             ("postgres.py", "text(sql.COMPLETE.format(returning='id, type, status'))")}
 
 
 def _trusted(arg: ast.expr) -> bool:
@@ -409,8 +410,9 @@ def test_v08_the_store_never_builds_sql_text_from_values():
     """V-08: no f-string, %-format or .format() of a value reaches text()/execute() & co."""
     sinks = {"text", "literal_column", "execute", "exec_driver_sql", "literal", "column"}
     found = []
-    files = sorted(STORE_DIR.glob("*.py"))
-    assert {"queue.py", "accounts.py", "engine.py"} <= {p.name for p in files}
+    files = sorted(STORE_DIR.rglob("*.py"))
+    assert {"jobs.py", "finish.py", "sqlite.py", "postgres.py", "accounts.py", "engine.py"} <= {
+        p.name for p in files}
     for path in files:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

@@ -17,7 +17,7 @@ from helpers import add_job
 from queuelog.model.jobs import Status
 from queuelog.server.store.accounts import hash_token
 from queuelog.server.store import Store
-from queuelog.server.store.queue import _alone_guard
+from queuelog.server.store.statements import alone_guard
 
 
 def _warm(store: Store) -> None:
@@ -26,7 +26,7 @@ def _warm(store: Store) -> None:
 
 
 def test_a_claim_with_nothing_in_its_way_is_one_statement(store: Store) -> None:
-    if store.dialect.name != "postgresql":
+    if store.backend.name != "postgresql":
         pytest.skip("SQLite claims in a transaction: its write lock")
     _warm(store)
     job = add_job(store)
@@ -89,9 +89,9 @@ def test_the_guard_reads_one_lease_however_many_jobs_run(store: Store) -> None:
     every running job (it guesses a third match, so the first is near; none does): 39 ms
     a claim at 200,000 running jobs, against 0.65 ms for the earliest lease's min().
     """
-    if store.dialect.name != "postgresql":
+    if store.backend.name != "postgresql":
         pytest.skip("the guarded claim is PostgreSQL's")
-    sql = select(_alone_guard()).compile(dialect=store.engine.dialect)
+    sql = select(alone_guard()).compile(dialect=store.engine.dialect)
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:

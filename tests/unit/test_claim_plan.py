@@ -43,10 +43,10 @@ def _indexes(node: dict[str, Any], alias: str) -> list[str]:
 
 
 def test_a_claim_after_a_burst_finds_its_rows_by_primary_key(store: Store) -> None:
-    if store.dialect.name != "postgresql":
+    if store.backend.name != "postgresql":
         pytest.skip("SQLite gathers no statistics here (nothing runs ANALYZE on it)")
     _burst_after_idle(store)
-    sql, args = store._claims["any"].bound({"wkr": "w1", "now": store.clock(),
+    sql, args = store.jobs._claims["any"].bound({"wkr": "w1", "now": store.clock(),
                                             "lease_us": None, "n": 100})
     with store.engine.connect() as conn:
         cursor = conn.connection.driver_connection.cursor()

@@ -175,7 +175,7 @@ def test_the_check_trusts_a_count_only_under_a_lock_it_took() -> None:
     from queuelog.server.store import claim_policy
 
     class Unlocked:  # the lock read no row; the spend found one and counted 3
-        dialect = types.SimpleNamespace(writes_lock_reads=False)
+        backend = types.SimpleNamespace(writes_lock_reads=False)
 
         def lock_spend_count(self, *args: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             return {}, {"pdf": types.SimpleNamespace(tokens=None, running=3)}

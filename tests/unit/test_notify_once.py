@@ -20,7 +20,7 @@ def _job(n: int = 0) -> NewJob:
 def heard(db_url: str, tmp_path: Any) -> Iterator[tuple[Store, Callable[[], int]]]:
     """A store, and a function counting the wake-ups another process would have got."""
     store = Store(db_url)
-    if store.dialect.name == "postgresql":
+    if store.backend.name == "postgresql":
         import psycopg
         conn = psycopg.connect(store.engine.url.set(drivername="postgresql")
                                .render_as_string(hide_password=False), autocommit=True)
@@ -70,7 +70,7 @@ def test_each_claimable_change_wakes_and_a_claim_does_not(
 def test_a_rolled_back_transaction_wakes_no_one(heard: tuple[Store, Callable[[], int]]) -> None:
     store, count = heard
     with pytest.raises(RuntimeError):
-        with store._write.begin() as conn:
-            store.dialect.notify(conn)
+        with store.ctx.write.begin() as conn:
+            store.notifier.notify(conn)
             raise RuntimeError("rolled back")
     assert count() == 0

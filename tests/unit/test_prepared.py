@@ -7,6 +7,7 @@ import pytest
 from sqlalchemy import bindparam, event, select
 from sqlalchemy.exc import IntegrityError
 
+from queuelog.server.store.enqueue import new_row
 from queuelog.server.store import NewJob
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.tables import jobs
@@ -68,9 +69,9 @@ def test_a_batch_without_keys_is_its_insert_alone(store):
 def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
     store.enqueue(NewJob("p", "email", "{}", 0, 3, idempotency_key="k", request_hash="h"))
     with pytest.raises(IntegrityError):  # what enqueue's race handling catches
-        with store._write.begin() as conn:
-            store._insert_new(conn, [store._values(NewJob("p", "email", "{}", 0, 3), 0),
-                                      store._values(NewJob("p", "email", "{}", 0, 3,
+        with store.ctx.write.begin() as conn:
+            store.enqueuing._insert_new(conn, [new_row(NewJob("p", "email", "{}", 0, 3), 0),
+                                      new_row(NewJob("p", "email", "{}", 0, 3,
                                                            idempotency_key="k"), 0)])
     with store.engine.connect() as conn:
         assert conn.execute(select(jobs.c.id)).all() == [(1,)]
@@ -79,7 +80,7 @@ def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
 def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, monkeypatch):
     """SQLite caps a statement's parameters: a batch goes in statements of at most
     ``rows_per_insert`` rows, in one transaction, so a failure in the last undoes the first."""
-    monkeypatch.setattr(store.dialect, "rows_per_insert", 3, raising=False)
+    monkeypatch.setattr(store.backend, "rows_per_insert", 3, raising=False)
     sent: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -92,14 +93,14 @@ def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, mon
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
     inserts = sum(s.lstrip().upper().startswith("INSERT INTO JOBS") for s in sent)
-    assert inserts == (3 if store.dialect.name == "sqlite" else 1)  # PostgreSQL: one JSON
+    assert inserts == (3 if store.backend.name == "sqlite" else 1)  # PostgreSQL: one JSON
     assert [j.payload["i"] for j in got] == list(range(8))
     assert [j.id for j in got] == sorted(j.id for j in got)
-    rows = [store._values(NewJob("p", "email", "{}", 0, 3), 0) for _ in range(7)]
+    rows = [new_row(NewJob("p", "email", "{}", 0, 3), 0) for _ in range(7)]
     rows[-1]["type"] = None  # NOT NULL: the third statement fails
     with pytest.raises(IntegrityError):
-        with store._write.begin() as conn:
-            store._insert_new(conn, rows)
+        with store.ctx.write.begin() as conn:
+            store.enqueuing._insert_new(conn, rows)
     with store.engine.connect() as conn:
         assert len(conn.execute(select(jobs.c.id)).all()) == 8
 
@@ -118,7 +119,7 @@ def test_a_batchs_jobs_are_their_rows_as_stored(store, clock):
 def test_a_batch_complete_is_its_statement_alone_where_it_closes_the_attempts(store):
     """PostgreSQL's batch complete closes the attempts in its one UPDATE: it runs in
     autocommit (no BEGIN and COMMIT round trips), as a single complete does."""
-    if not store.dialect.complete_rows_close_attempts:
+    if store.backend.name == "sqlite":
         pytest.skip("SQLite closes the attempts in a second statement: a transaction")
     store.enqueue_many([NewJob("p", "email", "{}", 0, 3) for _ in range(3)])
     held = store.claim_many("w1", 3, lease_seconds=60)
@@ -138,12 +139,12 @@ def test_a_batch_complete_is_its_statement_alone_where_it_closes_the_attempts(st
 
 
 def _only_postgresql(store: Any) -> None:
-    if store.dialect.name != "postgresql":
+    if store.backend.name != "postgresql":
         pytest.skip("psycopg's prepared statements and PostgreSQL backends")
 
 
 def _backend_pid(store: Any) -> int:
-    with store._read.connect() as conn:
+    with store.ctx.read.connect() as conn:
         return int(conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one())
 
 
@@ -165,6 +166,6 @@ def test_reads_between_claims_keep_the_claims_prepared_statement(store):
         store.claim_many("w1", 1, types=["email"])
     store.next_due_in(["email"])     # the long poll's read between two looks
     store.count_by_status(100)       # and a dashboard's
-    with store._read.connect() as conn:
+    with store.ctx.read.connect() as conn:
         prepared = conn.exec_driver_sql("SELECT statement FROM pg_prepared_statements").scalars()
         assert any("claimed" in text for text in prepared)

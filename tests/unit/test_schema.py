@@ -313,7 +313,7 @@ def test_a_search_by_key_seeks_the_unique_index_under_each_producer(store):
              "run_at": now, "created_at": now, "updated_at": now} for _ in range(200)])
     _analyzed(store)
     with recorded(store) as sent:
-        assert store._holding_key("no-such-key") == []
+        assert store.reads._holding_key("no-such-key") == []
     statement, params = _one(sent, "WITH RECURSIVE")
     text = plan(store, statement, params)
     if store.engine.dialect.name == "sqlite":

@@ -56,7 +56,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.model: dict[int, Model] = {}
         self.seen: dict[int, Status] = {}
         self.retried: int | None = None  # the job an admin retry just moved
-        store.rng = random.Random(0)
+        store.jobs.rng = random.Random(0)
         with store.engine.begin() as conn:
             conn.execute(delete(job_attempts))
             conn.execute(delete(jobs))
@@ -244,8 +244,8 @@ class QueueMachine(RuleBasedStateMachine):
 
     def _check_backoff(self, m: Model, run_at: int, now: int) -> None:
         """The store's backoff for the n-th retry lies in [ceiling/2, ceiling]."""
-        ceiling = min(self.store.backoff_cap,
-                      self.store.backoff_base * 2 ** (m.retry_count - 1)) * 1_000_000
+        ceiling = min(self.store.jobs.backoff_cap,
+                      self.store.jobs.backoff_base * 2 ** (m.retry_count - 1)) * 1_000_000
         assert now + ceiling / 2 - 1 <= run_at <= now + ceiling, (run_at - now, ceiling)
         m.run_at = run_at
 

@@ -142,7 +142,7 @@ def test_writers_waiting_together_share_one_commit(tmp_path: Path):
     store.create_schema()
     commits: list[int] = []
     event.listen(store.engine, "commit", lambda conn: commits.append(1))
-    turns = store._write
+    turns = store.ctx.write
     inside, go = threading.Event(), threading.Event()
 
     def first() -> None:
@@ -188,7 +188,7 @@ def _synced(monkeypatch: Any, store: Store) -> list[tuple[str, bool]]:
     from queuelog.server.store import turns
     calls: list[tuple[str, bool]] = []
     real = os.fdatasync
-    lock_path = store._write.path
+    lock_path = store.ctx.write.path
 
     def recording(fd: int) -> None:
         other = os.open(lock_path, os.O_RDWR)

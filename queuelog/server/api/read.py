@@ -9,7 +9,7 @@ from queuelog.server import actions
 from queuelog.server.auth import READERS, current_user, require
 from queuelog.server.errors import unavailable
 from queuelog.model.jobs import Priority, Status
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 from queuelog.server.requests.check import query
 from queuelog.server.requests.parse import decode_cursor, encode_cursor
 from queuelog.server.api.serialize import job_json

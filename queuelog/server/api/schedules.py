@@ -11,7 +11,8 @@ from queuelog.server.api.serialize import job_json
 from queuelog.server.auth import current_user, require
 from queuelog.server.requests.check import body
 from queuelog.server.schedules import Schedule
-from queuelog.server.store import ScheduleState, get_store
+from queuelog.server.db import get_store
+from queuelog.server.store import ScheduleState
 
 bp = Blueprint("schedules", __name__)
 

@@ -1,27 +1,33 @@
-"""The store: all SQL of queuelog lives in this package; views never import sqlalchemy."""
+"""The store: all SQL of queuelog lives in this package; it imports no Flask.
+
+``Store`` is composed of parts, each an object over one shared ``Context`` (part.py): the
+job verbs of its backend (``jobs``: backends/), enqueue, reads, stats, types and limits,
+workers, bulk repair, purge, audit, due times, schedules, and ``accounts`` (keys, users).
+Its verbs are the parts' own, named once below (``_VERBS``).
+"""
 from __future__ import annotations
 
 import os
-import time
 import weakref
 from typing import Any, Mapping
 
-from flask import Flask, current_app
 from sqlalchemy import text
-from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
-from queuelog.model.problems import ConfigError
-from queuelog.model.limits import from_options
+from queuelog.model.limits import Limits
 from queuelog.server.migrations import HEAD
+from queuelog.server.store import backends
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.due import Due
-from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
-from queuelog.server.store.enqueue import NewJob
+from queuelog.server.store.engine import Clock, make_engine
+from queuelog.server.store.enqueue import Enqueue, NewJob
+from queuelog.server.store.jobs import Claimed
 from queuelog.server.store.limits import FlowState, TypeLimits
-from queuelog.server.store.queue import Claimed, Queue
+from queuelog.server.store.part import Context
+from queuelog.server.store.purge import Purge
 from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
@@ -31,40 +37,114 @@ from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
 __all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob", "Page",
            "RunningJob", "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary",
-           "User", "WorkerSummary", "get_store", "hash_token", "init_app", "revisions"]
+           "User", "WorkerSummary", "hash_token", "revisions"]
+
+# Each part's verbs, as the Store offers them.
+_VERBS = {
+    "jobs": ("claim", "claim_many", "heartbeat", "complete", "complete_many", "fail",
+             "fail_many", "cancel", "retry"),
+    "enqueuing": ("enqueue", "enqueue_many"),
+    "reads": ("get", "list_jobs", "ping"),
+    "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
+              "count_purgeable", "count_by_status", "outcomes_per_minute"),
+    "types": ("paused", "type_summaries", "set_paused"),
+    "limits": ("limits_in_force", "set_limits", "reset_limits", "flow_states"),
+    "worker_reads": ("workers",),
+    "bulk": ("count_matching", "bulk_retry", "bulk_cancel"),
+    "purging": ("purge",),
+    "audit": ("audit_events", "purge_audit"),
+    "due": ("next_due_in",),
+    "schedules": ("make_tick", "run_schedule", "set_schedule_paused", "last_ticks",
+                  "schedule_states"),
+}
 
 
-class Store(Queue, Reads, Stats, Types, TypeLimits, Workers, Bulk, Audit, Due, Schedules):
-    """Job verbs, reads, types, limits, workers, bulk, audit, due times, schedules,
-    ``accounts`` (keys, users): one engine and clock."""
+class _Verb:
+    """A Store verb: the named part's method of the same name."""
+
+    def __init__(self, part: str, name: str) -> None:
+        self.part, self.name = part, name
+
+    def __get__(self, store: Any, owner: Any = None) -> Any:
+        if store is None:
+            return self
+        return getattr(getattr(store, self.part), self.name)
+
+
+class Store:
+    """One database's verbs, made of parts over one engine, backend and clock."""
 
     def __init__(self, url: str, *, sqlite_synchronous: str = "FULL",
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
                  lease_seconds: float = 300.0,
                  type_leases: Mapping[str, float] | None = None,
-                 type_limits: Mapping[str, Any] | None = None) -> None:
-        engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
-        super().__init__(engine, clock=system_clock, backoff_base=backoff_base,
-                         backoff_cap=backoff_cap, lease_seconds=lease_seconds,
-                         type_leases=type_leases, type_limits=type_limits)
-        # Accounts read the queue's clock, so a test that moves one moves both.
-        self.accounts = Accounts(engine, clock=lambda: self.clock())
-        self.sign_ins = SignIns(engine)  # failed sign-ins, for the throttle (throttle.py)
+                 type_limits: Mapping[str, Limits] | None = None) -> None:
+        self.engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+        self.backend = backends.of(self.engine)
+        self.ctx = ctx = Context(self.engine, self.backend)
+        self.notifier = ctx.notifier
+        self.jobs = self.backend.jobs_class()(
+            ctx, backoff_base=backoff_base, backoff_cap=backoff_cap,
+            lease_seconds=lease_seconds, type_leases=type_leases, type_limits=type_limits)
+        self.enqueuing = Enqueue(ctx)
+        self.reads = Reads(ctx)
+        self.stats = Stats(ctx)
+        self.limits = TypeLimits(ctx, type_limits or {})
+        self.types = Types(ctx, stats=self.stats, limits=self.limits)
+        self.worker_reads = Workers(ctx)
+        self.bulk = Bulk(ctx, self.jobs)
+        self.purging = Purge(ctx)
+        self.audit = Audit(ctx)
+        self.due = Due(ctx)
+        self.schedules = Schedules(ctx)
+        # Accounts read the store's clock, so a test that moves one moves both.
+        self.accounts = Accounts(self.engine, self.backend, clock=lambda: self.clock())
+        self.sign_ins = SignIns(self.engine, self.backend)  # failed sign-ins (throttle.py)
         # A process forked after this point (gunicorn --preload, multiprocessing) must not
         # share the parent's pooled connections: SQLite and libpq sockets are not fork-safe.
-        ref = weakref.ref(engine)
+        ref = weakref.ref(self.engine)
         os.register_at_fork(after_in_child=lambda: _forget_pool(ref))
+
+    # -- what the server sets -----------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        """The store's clock (epoch microseconds); tests set a fake one."""
+        return self.ctx.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.ctx.clock = clock
+
+    def hook(self, *, jobs_written: Any = None, lease_expired: Any = None,
+             claimable: Any = None) -> None:
+        """Set the server's callbacks: jobs created or finished (retention), a lease taken
+        back (metrics), a commit that made jobs claimable (this process's long polls)."""
+        if jobs_written is not None:
+            self.ctx.on_jobs_written = jobs_written
+        if lease_expired is not None:
+            self.ctx.on_lease_expired = lease_expired
+        if claimable is not None:
+            self.ctx.on_claimable = claimable
+
+    def listen(self, ring: Any) -> Any:
+        """Start hearing other processes' wake-ups (notifier.py); None: nothing to hear."""
+        return self.notifier.listen(ring)
 
     def create_schema(self) -> None:
         """Create or upgrade the schema to the newest revision (safe from several processes)."""
         if revisions(self.engine) == [HEAD]:
-            return  # the common start: one read, and Alembic never imported (0.13 s CPU)
+            return  # the common start: one read, and Alembic never imported
         from queuelog.server.store.migrate import upgrade  # Alembic loads only where needed
         upgrade(self.engine)
 
     def close(self) -> None:
         """Close pooled connections."""
         self.engine.dispose()
+
+
+for _part, _names in _VERBS.items():
+    for _name in _names:
+        setattr(Store, _name, _Verb(_part, _name))
 
 
 # Pools a forked child inherited. They are kept, never closed or collected: closing a
@@ -90,65 +170,3 @@ def revisions(engine: Engine) -> list[str]:
             return list(conn.execute(_REVISIONS).scalars())
     except (OperationalError, ProgrammingError):  # no such table (or no answer: upgrade says)
         return []
-
-
-def init_app(app: Flask, *, waiting: bool = False) -> Store:
-    """Create the app's store from its config and create the schema; ``waiting`` (a
-    server starting): a database that does not answer is tried again for the dialect's
-    ``boot_wait_seconds`` (PostgreSQL restarting) before that stops the start."""
-    url = app.config["DATABASE_URL"]
-    try:
-        store = Store(url, sqlite_synchronous=app.config["SQLITE_SYNCHRONOUS"],
-                      backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
-                      backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
-                      lease_seconds=float(app.config["LEASE_SECONDS"]),
-                      type_leases={name: float(opts["lease_seconds"])
-                                   for name, opts in app.config["JOB_TYPES"].items()
-                                   if "lease_seconds" in opts},
-                      # checked at config load (config.type_limits): valid here
-                      type_limits={name: from_options(opts)
-                                   for name, opts in app.config["JOB_TYPES"].items()})
-    except (ArgumentError, ImportError) as exc:  # not a URL, or a driver that is not installed
-        raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
-    _reach(app, store, url, store.dialect.boot_wait_seconds if waiting else 0.0)
-    app.extensions["queuelog.store"] = store
-    return store
-
-
-def _reach(app: Flask, store: Store, url: str, wait_seconds: float) -> None:
-    """Create (or, under ``queuelog db``, ping) the schema; a database that does not answer
-    is tried again, with a growing pause, until ``wait_seconds`` have passed (ConfigError)."""
-    deadline = time.monotonic() + wait_seconds
-    pause = 0.1
-    while True:
-        try:
-            if upgrade_on_start():
-                store.create_schema()
-            else:
-                store.ping()  # ``queuelog db``: the command reads or upgrades the schema
-            return
-        except OperationalError as exc:
-            answer = str(exc.orig).strip()
-            if time.monotonic() + pause > deadline:
-                store.close()
-                raise ConfigError(f"DATABASE_URL {_shown(url)}: the database does not "
-                                  f"answer: {answer}") from exc
-            # A gunicorn worker (re)booting while the database restarts: exiting would make
-            # gunicorn stop every worker ("Worker failed to boot"), so wait for it instead.
-            app.logger.warning("DATABASE_URL %s: the database does not answer (%s); trying "
-                               "again in %.1f s", _shown(url), answer.partition("\n")[0], pause)
-            time.sleep(pause)
-            pause = min(2 * pause, 2.0)
-
-
-def _shown(url: Any) -> str:
-    # Never print a password from the URL into a terminal or a server log.
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not parseable: nothing in it can be told apart as a password
-        return "(not an SQLAlchemy URL)"
-
-
-def get_store() -> Store:
-    """The current app's store."""
-    return current_app.extensions["queuelog.store"]  # type: ignore[no-any-return]

@@ -15,8 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from queuelog.model.problems import Conflict
 from queuelog.server.store.tables import api_keys, users
 from queuelog.server.store.audit import record
-from queuelog.server.store.dialect import NAMES_LOCK
-from queuelog.server.store.dialect import of as dialect_of
+from queuelog.server.store.locks import NAMES_LOCK
 from queuelog.server.store.engine import Clock, system_clock
 from queuelog.server.store.prepared import Prepared
 
@@ -86,11 +85,11 @@ def _active_key(name: str, role: str, token_hash: str, types: str | None, max_pr
 class Accounts:
     """Create, find and revoke API keys; create, find, change and remove users."""
 
-    def __init__(self, engine: Engine, clock: Clock = system_clock) -> None:
+    def __init__(self, engine: Engine, backend: Any, clock: Clock = system_clock) -> None:
         self.engine = engine
-        self.dialect = dialect_of(engine)
-        self._write = self.dialect.writer(engine)
-        self._read = self.dialect.reader(engine)
+        self.backend = backend
+        self._write = backend.writer(engine)
+        self._read = backend.reader(engine)
         self.clock = clock
         # Every Bearer request runs this lookup (key_for_token), as driver SQL: the text
         # compiled once, the digest bound.
@@ -135,7 +134,7 @@ class Accounts:
         conn = self.engine.raw_connection()  # a refused connect raises SQLAlchemy's error
         try:
             sql, params = self._key.bound({"th": digest})
-            row = dialect_of(self.engine).read_one(conn, sql, params)
+            row = self.backend.read_one(conn, sql, params)
         except Exception:  # the driver's own error, e.g. a connection the server dropped
             try:
                 conn.rollback()  # PostgreSQL: a failed statement aborted the transaction
@@ -144,7 +143,7 @@ class Accounts:
             # Replayed on the same connection through SQLAlchemy, which tells a disconnect
             # apart: it then renews the whole pool (every connection of the process saw the
             # same cut) and raises its own error, answered 503 (errors.py). A connection
-            # the lookup had to give up (dialect.read_one) is replaced by the pool's next.
+            # the lookup had to give up (Backend.read_one) is replaced by the pool's next.
             if not conn.is_valid:
                 conn.close()  # its place in the pool back; the connection itself is gone
             with (Connection(self.engine, connection=conn) if conn.is_valid
@@ -197,7 +196,7 @@ class Accounts:
         # Check-then-insert across two tables: a key and a user of one name created at once
         # must not both pass the check. SQLite's IMMEDIATE write transaction already
         # serializes writers; PostgreSQL gets a transaction-scoped advisory lock.
-        self.dialect.lock(conn, NAMES_LOCK)
+        self.backend.lock(conn, NAMES_LOCK)
 
     def has_users(self) -> bool:
         """Whether any user exists."""

@@ -11,10 +11,10 @@ import dataclasses
 import json
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
+from queuelog.server.store.part import Part
 from queuelog.server.store.tables import audit_events
-from queuelog.server.store.engine import Clock
 # The vocabulary is declared with GET /audit's query (requests/ sits below store/).
 from queuelog.server.requests.bodies import AUDIT_ACTIONS as ACTIONS
 AUDIT_PURGE_BATCH = 1000  # events deleted per transaction
@@ -81,12 +81,9 @@ class Event:
                    json.loads(row.detail) if row.detail else {})
 
 
-class Audit:
-    """Read and purge audit events (mixed into the Store, which provides engine and clock)."""
+class Audit(Part):
+    """Read and purge audit events."""
 
-    engine: Engine
-    clock: Clock
-    _write: Engine
 
     def audit_events(self, *, action: str | None = None, actor: str | None = None,
                      limit: int = 50, before: int | None = None) -> tuple[list[Event], int | None]:

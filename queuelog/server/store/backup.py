@@ -16,7 +16,7 @@ import tempfile
 
 from sqlalchemy import Engine
 
-from queuelog.server.store import dialect
+from queuelog.server.store import backends
 
 
 class BackupRefused(Exception):
@@ -52,7 +52,7 @@ def _refuse_live_files(source: str, destination: str, companions: tuple[str, ...
 
 def backup_sqlite(engine: Engine, destination: str) -> BackupResult:
     """Copy the engine's SQLite database to ``destination`` (mode 0600), atomically."""
-    db = dialect.of(engine)
+    db = backends.of(engine)
     if db.backup_refusal is not None:
         raise BackupRefused(db.backup_refusal)
     source = engine.url.database or ""

@@ -3,7 +3,7 @@
 Bulk retry and cancel walk the matching jobs by id in batches of ``BULK_BATCH``, one short
 transaction each, so a million matches never hold SQLite's write lock (or PostgreSQL row
 locks) for long and claims keep flowing in between (between batches SQLite's dialect
-yields the lock: ``Dialect.yield_lock``). One audit event counts the whole action; each
+yields the lock: ``Backend.yield_lock``). One audit event counts the whole action; each
 batch updates it in its own transaction.
 """
 from __future__ import annotations
@@ -11,25 +11,25 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, literal_column, select, update
+from sqlalchemy import bindparam, func, literal_column, select, update
 
 from queuelog.model.jobs import Status
 from queuelog.server.store.audit import Tally
-from queuelog.server.store.dialect import Dialect
-from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import ALL, Scope, scope_conditions, status_is
+from queuelog.server.store.finish import Finishing
+from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import jobs
 
 BULK_BATCH = 200   # rows per bulk transaction: milliseconds of lock, not seconds
 
 
-class Bulk:
-    """Bulk verbs (mixed into the Store, which provides engine, clock, writer, dialect)."""
+class Bulk(Part):
+    """Bulk verbs; a bulk cancel finishes its jobs through ``finishing`` (finish.py)."""
 
-    engine: Engine
-    clock: Clock
-    dialect: Dialect
-    _write: Engine
+    def __init__(self, ctx: Context, finishing: Finishing) -> None:
+        super().__init__(ctx)
+        self._finishing = finishing
+
 
     def count_matching(self, status: Status, *, type: str | None = None,
                        priority: int | None = None, cap: int | None = None) -> int:
@@ -61,13 +61,11 @@ class Bulk:
                     scope: Scope = ALL, type: str | None = None, priority: int | None = None,
                     batch: int = BULK_BATCH) -> int:
         """Cancel pending jobs (a producer's scope: its own); how many changed."""
-        values = {"status": Status.CANCELLED.value, "finished_at": bindparam("now"),
-                  "updated_at": bindparam("now")}
         detail = _filter_detail(ids, None, type, priority)
-        return self._bulk(Tally(actor, "jobs.cancel", None, detail), (Status.PENDING,), values,
+        return self._bulk(Tally(actor, "jobs.cancel", None, detail), (Status.PENDING,), None,
                           ids=ids, scope=scope, type=type, priority=priority, batch=batch)
 
-    def _bulk(self, tally: Tally, statuses: Sequence[Status], values: dict[str, Any], *,
+    def _bulk(self, tally: Tally, statuses: Sequence[Status], values: dict[str, Any] | None, *,
               ids: Sequence[int] | None, scope: Scope, type: str | None,
               priority: int | None, batch: int) -> int:
         cond = scope_conditions(scope)
@@ -80,7 +78,7 @@ class Bulk:
             wanted, started = sorted(set(ids)), 0.0
             for start in range(0, len(wanted), batch):
                 if start:
-                    self.dialect.yield_lock(started)
+                    self.backend.yield_lock(started)
                 chunk = wanted[start:start + batch]
                 started = time.perf_counter()
                 total += self._bulk_batch(tally, jobs.c.id.in_(chunk), statuses, cond, values,
@@ -96,25 +94,30 @@ class Bulk:
                 total += changed
                 if found < batch:
                     break
-                self.dialect.yield_lock(started)
+                self.backend.yield_lock(started)
         return total
 
     def _bulk_batch(self, tally: Tally, where: Any, statuses: Sequence[Status],
-                    cond: list[Any], values: dict[str, Any], batch: int) -> tuple[int, int, int]:
-        """One transaction: pick up to ``batch`` matching ids, change them, count them."""
+                    cond: list[Any], values: dict[str, Any] | None,
+                    batch: int) -> tuple[int, int, int]:
+        """One transaction: pick up to ``batch`` matching ids, change them (``values``;
+        None: cancel them, the finish path's way), count them."""
         state = jobs.c.status.in_([s.value for s in statuses])
         pick = (select(jobs.c.id).where(where, state, *cond).order_by(jobs.c.id).limit(batch))
-        pick = self.dialect.skip_locked(pick)  # PostgreSQL: a row a claim holds is not ours
+        pick = self.backend.skip_locked(pick)  # PostgreSQL: a row a claim holds is not ours
         with self._write.begin() as conn:
             now = self.clock()
             found = conn.execute(pick).scalars().all()
             if not found:
                 return 0, 0, 0
-            changed = conn.execute(update(jobs).where(jobs.c.id.in_(found), state)
-                                   .values(**values), {"now": now}).rowcount
+            if values is None:
+                changed = len(self._finishing.cancel_rows(conn, now, jobs.c.id.in_(found)))
+            else:
+                changed = conn.execute(update(jobs).where(jobs.c.id.in_(found), state)
+                                       .values(**values), {"now": now}).rowcount
+                if changed:
+                    self.notifier.notify(conn)  # a bulk retry: one wake-up per batch
             tally.add(conn, now, changed)
-            if changed and values["status"] == Status.PENDING.value:
-                self.dialect.notify(conn)  # a bulk retry: one wake-up per batch
         return changed, len(found), max(found)
 
 

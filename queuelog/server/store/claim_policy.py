@@ -1,6 +1,6 @@
 """Claim-time policy: which due jobs a claim may take now, decided in one place.
 
-Every claim path (single, batch, long poll) runs ``Queue.claim_many``, which asks this
+Every claim path (single, batch, long poll) runs ``Jobs.claim_many``, which asks this
 module inside the claim's own transaction, so no path can skip it:
 
 - **paused types** are a condition of the claim statement itself (``eligible``);
@@ -103,13 +103,13 @@ def allowance(conn: Connection, limiter: Limiter, configured: Mapping[str, Limit
         return None, everywhere
     rows = {r.type: r for r in first if r.type in limited}
     counted = {t: r.running for t, r in rows.items() if r.running is not None}
-    if locked or (limiter.dialect.writes_lock_reads and len(rows) < len(limited)):
+    if locked or (limiter.backend.writes_lock_reads and len(rows) < len(limited)):
         # Locked, a limit changed since the first read applies now; SQLite's write lock
         # was held from BEGIN, so its first read was exact, unless a row must be made.
         rows = limiter.lock(conn, limited)
         counted = {}
     out = _left(conn, limiter, configured, limited, rows, counted, now)
-    if not locked and not limiter.dialect.writes_lock_reads and any(
+    if not locked and not limiter.backend.writes_lock_reads and any(
             0 < k <= NEAR_LIMIT for k in out.left.values()):
         # Near a limit, claims racing on the unlocked reading would mostly roll back at
         # the check (every waiter wakes when a slot frees): take the lock first instead.
@@ -161,7 +161,7 @@ def settle(conn: Connection, limiter: Limiter, configured: Mapping[str, Limits],
             taken[r.type] = taken.get(r.type, 0) + 1
     if not taken:
         return True
-    if limiter.dialect.writes_lock_reads:  # SQLite: the reading was under the write lock
+    if limiter.backend.writes_lock_reads:  # SQLite: the reading was under the write lock
         limiter.spend(conn, now, {t: allow.tokens[t] - n for t, n in taken.items()
                                   if t in allow.tokens})
         return True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, Engine, func, literal_column, select, union_all
 
-from queuelog.server.store.dialect import of as dialect_of
+from queuelog.server.store import backends
 from queuelog.server.store.tables import job_count_deltas, job_counts
 
 FOLD_AT = 1000  # deltas a read adds up before it folds them into the totals
@@ -43,7 +43,7 @@ def fold_if_many(write: Engine, deltas: int) -> None:
 
 def fold(write: Engine) -> bool:
     """Fold every delta into the totals now; False where the database keeps none."""
-    statement = dialect_of(write).fold_counts()
+    statement = backends.of(write).fold_counts()
     if statement is None:
         return False
     with write.begin() as conn:
@@ -53,7 +53,7 @@ def fold(write: Engine) -> bool:
 
 def keeps_deltas(engine: Engine) -> bool:
     """True where the triggers append deltas that need folding (PostgreSQL)."""
-    return dialect_of(engine).fold_counts() is not None
+    return backends.of(engine).fold_counts() is not None
 
 
 def job_counts_of(engine: Engine, write: Engine) -> Counts:

@@ -4,11 +4,11 @@ from __future__ import annotations
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, select
+from sqlalchemy import bindparam, select
 
 from queuelog.model.jobs import Status
-from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
+from queuelog.server.store.part import Part
 from queuelog.server.store.tables import jobs
 
 
@@ -23,11 +23,9 @@ def _next_statement(n_types: int) -> Any:
         for i in range(n_types)])
 
 
-class Due:
-    """The next-due read (mixed into the Store, which provides engine and clock)."""
+class Due(Part):
+    """The next-due read."""
 
-    engine: Engine
-    clock: Clock
 
     def next_due_in(self, types: Sequence[str]) -> float | None:
         """Seconds until the earliest pending job of ``types`` not yet due comes due."""

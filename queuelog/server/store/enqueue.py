@@ -1,20 +1,21 @@
 """Enqueue: a producer's new jobs, one or a batch, idempotent by (producer, key).
 
-The statements are the same on every database, so they are built once, at import.
+The statements are declared once, at import; each store compiles them for its database,
+with its backend's multi-row INSERT and its notifier's wake-up.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
-from sqlalchemy import Connection, Engine, bindparam, insert, select
+from sqlalchemy import Connection, bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.jobs import Job, Status
 from queuelog.model.problems import Conflict, IdempotencyMismatch
-from queuelog.server.store.dialect import Dialect
-from queuelog.server.store.engine import Clock, to_us
+from queuelog.server.store.engine import to_us
 from queuelog.server.store.prepared import Prepared, row_class
+from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import jobs
 
 _BY_KEY = select(jobs).where(jobs.c.producer == bindparam("producer"),
@@ -55,25 +56,19 @@ class NewJob:
     request_hash: str | None = None
 
 
-class Enqueue:
-    """Enqueue verbs (the Queue's; it provides the writer, clock and ``on_jobs_written``)."""
+class Enqueue(Part):
+    """Enqueue verbs: a producer's new jobs, one or a batch."""
 
-    _write: Engine
-    engine: Engine
-    clock: Clock
-    dialect: Dialect
-    on_jobs_written: Callable[[], None]
-
-    def _prepare_enqueue(self) -> None:
-        """Compile the enqueue statements for this store's database (prepared.py)."""
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
         sa_dialect = self.engine.dialect
         self._by_key, self._by_keys, self._insert_job = (
             Prepared(q, sa_dialect)
-            for q in (_BY_KEY, _BY_KEYS, self.dialect.notifying(_INSERT)))
+            for q in (_BY_KEY, _BY_KEYS, self.notifier.notifying(_INSERT)))
         # A batch's rows in one statement of one shape, whatever its size. (SQLAlchemy's
         # executemany with RETURNING in parameter order ran a statement per row on SQLite:
         # measured, half of a 100-job batch's time.)
-        self._insert_rows = Prepared(self.dialect.insert_rows(
+        self._insert_rows = Prepared(self.backend.insert_rows(
             jobs, _NEW_COLUMNS, returning=("id",), notifying=True), sa_dialect)
 
     def _insert_new(self, conn: Connection, values: list[dict[str, Any]],
@@ -83,40 +78,37 @@ class Enqueue:
         own; they ascend in the rows' order). Only the ids: SQLite made each returned
         row's columns in the lock (``_rows`` makes the rest)."""
         if params is None:
-            params = self.dialect.rows_params(_NEW_COLUMNS, values)
+            params = self.backend.rows_params(_NEW_COLUMNS, values)
         ids = sorted(row.id for p in params for row in self._insert_rows.rows(conn, p))
-        self.dialect.notify(conn, told=True)
+        self.notifier.notify(conn, told=True)
         self.on_jobs_written()
         return ids
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
         if new.idempotency_key is None:  # one INSERT (its wake-up in it): whole by itself
-            values = self._values(new, self.clock())  # made before the write's turn
-            with self.dialect.one_statement(self._write) as conn:
+            values = new_row(new, self.clock())  # made before the write's turn
+            with self.backend.one_statement(self._write) as conn:
                 row = self._insert_job.rows(conn, values)[0]
-                self.dialect.notify(conn, told=True)
+                self.notifier.notify(conn, told=True)
                 self.on_jobs_written()
             return Job.from_row(row), True
         for _ in range(3):
             try:
                 with self._write.begin() as conn:
-                    if new.idempotency_key is not None:
-                        row = self._by_key.first(conn, {"producer": new.producer,
-                                                        "key": new.idempotency_key})
-                        if row is not None:
-                            if row.request_hash != new.request_hash:
-                                raise IdempotencyMismatch(
-                                    "This idempotency key was used for a different request.")
-                            return Job.from_row(row), False
-                    row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
-                    self.dialect.notify(conn, told=True)
+                    row = self._by_key.first(conn, {"producer": new.producer,
+                                                    "key": new.idempotency_key})
+                    if row is not None:
+                        if row.request_hash != new.request_hash:
+                            raise IdempotencyMismatch(
+                                "This idempotency key was used for a different request.")
+                        return Job.from_row(row), False
+                    row = self._insert_job.rows(conn, new_row(new, self.clock()))[0]
+                    self.notifier.notify(conn, told=True)
                     self.on_jobs_written()
                     return Job.from_row(row), True
             except IntegrityError:
-                if new.idempotency_key is None:
-                    raise
-                # Lost a race for (producer, key); the next round finds the winner's row.
+                continue  # lost a race for (producer, key): the next round finds its row
         raise Conflict("Could not settle the idempotency key; try again.")
 
     def enqueue_many(self, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
@@ -132,9 +124,9 @@ class Enqueue:
         if not keys:  # one INSERT (its wake-up in it): whole by itself
             # The rows made before the write's turn, which lasts for the SQL alone.
             now = self.clock()
-            values = [self._values(new, now) for new in news]
-            params = self.dialect.rows_params(_NEW_COLUMNS, values)
-            with self.dialect.one_statement(self._write) as conn:
+            values = [new_row(new, now) for new in news]
+            params = self.backend.rows_params(_NEW_COLUMNS, values)
+            with self.backend.one_statement(self._write) as conn:
                 ids = self._insert_new(conn, values, params)
             return [Job.from_row(r) for r in _rows(ids, values)], []
         for _ in range(5):
@@ -173,18 +165,19 @@ class Enqueue:
             raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
                                       "before for a different request.", errors=mismatched)
         if fresh:
-            values = [self._values(news[i], now) for i in fresh]
+            values = [new_row(news[i], now) for i in fresh]
             for i, row in zip(fresh, _rows(self._insert_new(conn, values), values)):
                 out[i] = row
         return out, replayed
 
-    def _values(self, new: NewJob, now: int) -> dict[str, Any]:
-        """The row of a new job. A run_at in the past is now: no jumping the queue by
-        backdating (the claim orders by run_at)."""
-        run_at = max(new.run_at, now) if new.run_at is not None else (
-            now + to_us(new.delay_seconds or 0))
-        return {"type": new.type, "payload": new.payload_json, "priority": new.priority,
-                "status": Status.PENDING.value, "attempt": 0, "retry_count": 0,
-                "max_retries": new.max_retries, "idempotency_key": new.idempotency_key,
-                "request_hash": new.request_hash, "producer": new.producer,
-                "run_at": run_at, "created_at": now, "updated_at": now}
+
+def new_row(new: NewJob, now: int) -> dict[str, Any]:
+    """The row of a new job. A run_at in the past is now: no jumping the queue by
+    backdating (the claim orders by run_at)."""
+    run_at = max(new.run_at, now) if new.run_at is not None else (
+        now + to_us(new.delay_seconds or 0))
+    return {"type": new.type, "payload": new.payload_json, "priority": new.priority,
+            "status": Status.PENDING.value, "attempt": 0, "retry_count": 0,
+            "max_retries": new.max_retries, "idempotency_key": new.idempotency_key,
+            "request_hash": new.request_hash, "producer": new.producer,
+            "run_at": run_at, "created_at": now, "updated_at": now}

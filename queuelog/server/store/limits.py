@@ -18,9 +18,9 @@ from sqlalchemy import (BigInteger, Connection, Engine, Float, bindparam, case, 
 from queuelog.model.jobs import Status
 from queuelog.model.limits import NONE, Limits
 from queuelog.server.store.audit import record
-from queuelog.server.store.engine import Clock
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.reads import status_is
+from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import job_counts, jobs, paused_types, type_limits
 
 ROWS = select(type_limits)
@@ -113,14 +113,14 @@ class Limiter:
     """The limiter's statements, compiled once for one store (prepared.py): the claim
     runs them in every transaction where a limit is in force."""
 
-    def __init__(self, engine: Engine, dialect: Any) -> None:
+    def __init__(self, engine: Engine, backend: Any) -> None:
         sa_dialect = engine.dialect
-        self.dialect = dialect
+        self.backend = backend
         self._rows = Prepared(ROWS, sa_dialect)
-        self._rows_running = Prepared(_ROWS_RUNNING_KEPT if dialect.counts_in_place
+        self._rows_running = Prepared(_ROWS_RUNNING_KEPT if backend.counts_in_place
                                       else _ROWS_RUNNING, sa_dialect)
-        self._lock = Prepared(dialect.for_update(_LOCK), sa_dialect)
-        self._running = Prepared(_RUNNING_KEPT if dialect.counts_in_place else _RUNNING,
+        self._lock = Prepared(backend.for_update(_LOCK), sa_dialect)
+        self._running = Prepared(_RUNNING_KEPT if backend.counts_in_place else _RUNNING,
                                  sa_dialect)
         self._spend = Prepared(_SPEND, sa_dialect)
         self._spend_count = Prepared(_SPEND_COUNT, sa_dialect)
@@ -147,7 +147,7 @@ class Limiter:
         rows = {r.type: r for r in self._lock.rows(conn, {"types": list(types)})}
         missing = [t for t in types if t not in rows]
         if missing:
-            conn.execute(self.dialect.insert_ignore(type_limits), [{"type": t} for t in missing])
+            conn.execute(self.backend.insert_ignore(type_limits), [{"type": t} for t in missing])
             rows = {r.type: r for r in self._lock.rows(conn, {"types": list(types)})}
         return rows
 
@@ -165,7 +165,7 @@ class Limiter:
             size, per_s = bucket if bucket is not None else (None, 0.0)
             reads.append((self._spend_count, {"t": t, "n": float(taken[t]), "now": now,
                                               "size": size, "per_s": per_s}))
-        got = Prepared.together(conn, reads, pipelined=self.dialect.pipelines)
+        got = Prepared.together(conn, reads, pipelined=self.backend.pipelines)
         rows = {r.type: r for r in got[0]}
         return rows, {t: r[0] for t, r in zip(types, got[1:]) if r}
 
@@ -176,15 +176,14 @@ class Limiter:
                                     for t, v in left_tokens.items()])
 
 
-class TypeLimits:
-    """Limit verbs (mixed into the Store, which provides engine, clock, writer, dialect)."""
+class TypeLimits(Part):
+    """Limit verbs: a type's limits changed by an admin, and each type's flow state."""
 
-    engine: Engine
-    clock: Clock
-    _write: Engine
-    dialect: Any
-    configured_limits: dict[str, Limits]
-    limiter: Limiter
+    def __init__(self, ctx: Context, configured: Mapping[str, Limits]) -> None:
+        super().__init__(ctx)
+        self.configured_limits = dict(configured)
+        self.limiter = Limiter(self.engine, self.backend)
+
 
     def limits_in_force(self, conn: Connection) -> dict[str, Limits]:
         """Every type's limits now (types with none are left out)."""
@@ -204,7 +203,7 @@ class TypeLimits:
                 updated_at=now, updated_by=actor[:100]))
             record(conn, now, actor, "type.limits", job_type, {
                 "concurrency": new.concurrency, "rate": new.rate, "burst": new.burst})
-            self.dialect.notify(conn)  # a raised limit may make due jobs claimable
+            self.notifier.notify(conn)  # a raised limit may make due jobs claimable
 
     def reset_limits(self, job_type: str, actor: str) -> None:
         """Back to the configured limits; audited as ``type.limits.reset``."""
@@ -214,7 +213,7 @@ class TypeLimits:
             conn.execute(update(type_limits).where(type_limits.c.type == job_type).values(
                 overridden=False, concurrency=None, rate=None, burst=None,
                 updated_at=now, updated_by=actor[:100]))
-            self.dialect.notify(conn)
+            self.notifier.notify(conn)
             record(conn, now, actor, "type.limits.reset", job_type, {})
 
     def flow_states(self, types: Sequence[str]) -> dict[str, FlowState]:

@@ -1,6 +1,6 @@
 """Hearing other processes: "a job may have become claimable", across processes and servers.
 
-Two listeners, one per database (``Dialect.listen`` picks):
+Two listeners, one per database (the store's ``Notifier.listen`` picks):
 
 - ``PgListener``: one ``LISTEN`` connection per process (psycopg 3), read by a daemon
   thread; the store's writers ``NOTIFY`` in their transactions, so it hears every app

@@ -24,7 +24,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
-from queuelog.server.store import dialect
+from queuelog.server.store import backends
+from queuelog.server.store.locks import MIGRATE_LOCK
 
 SCRIPT_LOCATION = "queuelog.server:migrations"  # package resource: works from a wheel too
 BASELINE = "0001"
@@ -61,9 +62,9 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     before = current(engine)
     if before == head():
         return before, before  # the common start: one read, no lock taken
-    db = dialect.of(engine)
+    db = backends.of(engine)
     with db.writer(engine).begin() as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
-        db.lock(conn, dialect.MIGRATE_LOCK)  # PostgreSQL: its DDL locks table by table
+        db.lock(conn, MIGRATE_LOCK)  # PostgreSQL: its DDL locks table by table
         return _upgrade(conn)
 
 

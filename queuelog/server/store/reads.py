@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, literal_column, select, text
+from sqlalchemy import Connection, bindparam, literal_column, select, text
 
 from queuelog.model.problems import JobNotFound
 from queuelog.model.jobs import Attempt, Job, Status
+from queuelog.server.store.part import Part
 from queuelog.server.store.tables import job_attempts, jobs
-from queuelog.server.store.engine import Clock
 
 _ATTEMPTS = (select(job_attempts).where(job_attempts.c.job_id == bindparam("jid"))
              .order_by(job_attempts.c.attempt))
@@ -82,11 +82,9 @@ def get_row(conn: Connection, job_id: int, scope: Scope) -> Any:
     return row
 
 
-class Reads:
-    """Read verbs over jobs (mixed into the Store, which provides engine and clock)."""
+class Reads(Part):
+    """Read verbs over jobs."""
 
-    engine: Engine
-    clock: Clock
 
     def get(self, job_id: int, scope: Scope = ALL) -> Job:
         """One job with its attempt history; JobNotFound when missing or not visible."""

@@ -7,17 +7,16 @@ others' insert of that row fails first, and they roll back having written nothin
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Sequence
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.jobs import Job, Status
 from queuelog.model.problems import Conflict
 from queuelog.server.store.audit import record
-from queuelog.server.store.engine import Clock
-from queuelog.server.store.dialect import Dialect
-from queuelog.server.store.enqueue import NewJob
+from queuelog.server.store.enqueue import NewJob, new_row
+from queuelog.server.store.part import Part
 from queuelog.server.store.tables import jobs, paused_schedules, schedule_ticks
 
 KEEP_TICKS_US = 3_600_000_000  # tick rows kept behind a schedule's newest: an hour's worth
@@ -51,16 +50,9 @@ class ScheduleState:
     last_tick: int | None         # the newest tick that made a job
 
 
-class Schedules:
-    """Schedule verbs (mixed into the Store, which provides the engines, clock, enqueue)."""
+class Schedules(Part):
+    """Schedule verbs."""
 
-    engine: Engine
-    clock: Clock
-    dialect: Dialect
-    _write: Engine
-
-    _values: Callable[[NewJob, int], dict[str, Any]]  # Enqueue's: a new job's row
-    on_jobs_written: Callable[[], None]
 
     def make_tick(self, name: str, tick: int, new: NewJob) -> Job | None:
         """The job of ``name``'s ``tick``, if this call made it: None if another server
@@ -91,10 +83,10 @@ class Schedules:
 
     def _insert(self, conn: Connection, name: str, when: int, new: NewJob) -> Job:
         # run_at is the tick itself, even when the tick is made a moment late (contract).
-        values = {**self._values(new, self.clock()), "run_at": when, "schedule": name,
+        values = {**new_row(new, self.clock()), "run_at": when, "schedule": name,
                   "scheduled_for": when}
         job = Job.from_row(conn.execute(_INSERT_JOB, values).one())
-        self.dialect.notify(conn)  # a new job: waiting claims hear of it, as of an enqueue
+        self.notifier.notify(conn)  # a new job: waiting claims hear of it, as of an enqueue
         return job
 
     def set_schedule_paused(self, name: str, paused: bool, actor: str) -> None:

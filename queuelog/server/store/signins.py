@@ -1,10 +1,11 @@
 """Failed sign-ins per (username, client address): the throttle's shared memory."""
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Engine, and_, bindparam, delete, insert, select
 
 from queuelog.server.store.tables import signin_failures as t
-from queuelog.server.store.dialect import writer
 
 SWEEP = 100      # expired rows deleted at most per recorded failure: bounded work per call
 KEY_CHARS = 255  # the columns' width
@@ -21,9 +22,9 @@ def _key(value: str) -> str:
 class SignIns:
     """Record, look up and clear the failed sign-ins of one (username, address) pair."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, backend: Any) -> None:
         self.engine = engine
-        self._write = writer(engine)
+        self._write = backend.writer(engine)
         pair = and_(t.c.username == bindparam("username"), t.c.address == bindparam("address"))
         # The latest failures inside the window, at most as many as the limit: enough to
         # tell whether the pair is over it and, from the last one, when it falls back under.

@@ -15,13 +15,12 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, literal_column, select
+from sqlalchemy import bindparam, func, literal_column, select
 
 from queuelog.model.jobs import FINISHED, Outcome, Priority, Status
+from queuelog.server.store.part import Part
 from queuelog.server.store.tables import job_attempts, jobs, paused_types
 from queuelog.server.store.counts import fold, job_counts_of, keeps_deltas
-from queuelog.server.store.dialect import of as dialect_of
-from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
 
 MINUTE_US = 60_000_000
@@ -101,12 +100,9 @@ def _series_statement() -> Any:
             .group_by(literal_column("bucket"), job_attempts.c.outcome))
 
 
-class Stats:
-    """Read-only dashboard queries; mixed into Store, which provides engine and clock."""
+class Stats(Part):
+    """Read-only dashboard queries."""
 
-    engine: Engine
-    clock: Clock
-    _write: Engine
 
     def job_counts(self) -> dict[tuple[str, str], int]:
         """Exact jobs per (status, type); pairs with no job are left out."""
@@ -133,7 +129,7 @@ class Stats:
                     "now": now, **{f"t{i}": t for i, t in enumerate(types)}}).one()
                 oldest = {t: int(v) for t, v in zip(types, row) if v is not None}
             expired = {t: int(n) for t, n in conn.execute(
-                dialect_of(self.engine).expired_by_type(), {"now": now})}
+                self.backend.expired_by_type(), {"now": now})}
             paused = set(conn.execute(select(paused_types.c.type)).scalars())
         return Gauges(now, counts, oldest, expired, paused)
 

@@ -5,16 +5,15 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import Engine, bindparam, func, insert, select
+from sqlalchemy import bindparam, func, insert, select
 from sqlalchemy.exc import IntegrityError
 
 from queuelog.model.jobs import Outcome, Status
 from queuelog.model.problems import Conflict
 from queuelog.server.store.audit import record
-from queuelog.server.store.dialect import Dialect
-from queuelog.server.store.engine import Clock
 from queuelog.server.store.limits import FlowState
 from queuelog.server.store.reads import status_is
+from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import job_attempts, jobs, paused_types
 
 HOUR_US = 3_600_000_000
@@ -57,13 +56,14 @@ _LAST_HOUR = (select(jobs.c.type, job_attempts.c.outcome, func.count())
               .group_by(jobs.c.type, job_attempts.c.outcome))
 
 
-class Types:
-    """Type verbs (mixed into the Store, which provides engine, clock, writer)."""
+class Types(Part):
+    """Type verbs: pausing, and each type's summary (counts from ``stats``, flow state from
+    ``limits``)."""
 
-    engine: Engine
-    clock: Clock
-    dialect: Dialect
-    _write: Engine
+    def __init__(self, ctx: Context, *, stats: Any, limits: Any) -> None:
+        super().__init__(ctx)
+        self._stats = stats
+        self._limits = limits
 
     # -- job types ---------------------------------------------------------------
     def paused(self) -> dict[str, tuple[int, str]]:
@@ -81,8 +81,8 @@ class Types:
                                ).one()._mapping if types else {}
             hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()
             paused = {r.type: r for r in conn.execute(select(paused_types)).all()}
-        flows = self.flow_states(types)  # type: ignore[attr-defined]  (TypeLimits, mixed in)
-        counts = self.job_counts()  # type: ignore[attr-defined]  # Stats, in the Store
+        flows = self._limits.flow_states(types)
+        counts = self._stats.job_counts()
         done: dict[tuple[str, str], int] = {}
         for job_type, outcome, n in hour:
             kind = "completed" if outcome == Outcome.COMPLETED.value else "failed"
@@ -117,7 +117,7 @@ class Types:
                             type=job_type, paused_at=now, paused_by=actor[:100]))
                     elif not paused and exists is not None:
                         conn.execute(paused_types.delete().where(paused_types.c.type == job_type))
-                        self.dialect.notify(conn)  # its due jobs can be claimed again
+                        self.notifier.notify(conn)  # its due jobs can be claimed again
                     record(conn, now, actor, "type.pause" if paused else "type.resume", job_type,
                            {"changed": (exists is None) == paused})
                     return

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import Engine, bindparam, func, literal_column, select, text
+from sqlalchemy import bindparam, func, literal_column, select, text
 
 from queuelog.model.jobs import Outcome, Status
-from queuelog.server.store.engine import Clock
 from queuelog.server.store.reads import status_is
+from queuelog.server.store.part import Part
 from queuelog.server.store.tables import job_attempts, jobs
 
 HOUR_US = 3_600_000_000
@@ -74,11 +74,9 @@ _LAST_HOUR = (select(_WORKER, job_attempts.c.outcome, func.count())
               .group_by(_WORKER, job_attempts.c.outcome))
 
 
-class Workers:
-    """The workers read (mixed into the Store, which provides engine and clock)."""
+class Workers(Part):
+    """The workers read."""
 
-    engine: Engine
-    clock: Clock
 
     def workers(self) -> list[WorkerSummary]:
         """Every worker that holds a job or claimed in the last 24 hours, by name."""

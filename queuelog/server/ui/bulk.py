@@ -13,7 +13,7 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from queuelog.model.jobs import Status
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 from queuelog.server.ui.filters import BadFilter, parse_filters, prio_value
 from queuelog.server.ui.helpers import check_form, error_page
 

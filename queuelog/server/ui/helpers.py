@@ -10,7 +10,7 @@ from flask_wtf.csrf import CSRFProtect
 
 from queuelog.model.jobs import Priority, isoformat, to_datetime
 from queuelog.server.auth import refuse_cross_site
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 
 csrf = CSRFProtect()
 HEADERS = {

@@ -15,7 +15,7 @@ from queuelog.model.problems import JobNotFound, WrongState
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.server.requests.bodies import DASHBOARD_STATUSES, PRIORITIES, SCHEDULED
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 from queuelog.server.ui.charts import minute_chart
 from queuelog.server.ui.filters import PAGE_SIZE, BadFilter, parse_filters, prio_value, read
 from queuelog.server.ui.helpers import check_form, error_page

@@ -13,7 +13,7 @@ from queuelog.model.jobs import to_datetime
 from queuelog.model.problems import JobNotFound
 from queuelog.server import actions, schedules
 from queuelog.server.auth import current_user, require
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 from queuelog.server.ui.helpers import check_form, error_page
 
 bp = Blueprint("schedules", __name__)

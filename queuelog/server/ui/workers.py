@@ -7,7 +7,7 @@ from flask import Blueprint, render_template
 
 from queuelog.server import actions
 from queuelog.server.auth import require
-from queuelog.server.store import get_store
+from queuelog.server.db import get_store
 
 bp = Blueprint("workers", __name__)
 

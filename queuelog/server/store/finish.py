@@ -1,0 +1,205 @@
+"""Ending attempts and finishing jobs: the one path every route takes.
+
+Complete (one or a batch), fail (one or a batch), a lease taken back, cancel (one or in
+bulk): each changes its rows with its backend's statement and then calls ``settled`` in
+the same transaction. What happens when jobs finish or an attempt ends (the retention
+mark, the wake-up of a freed slot or of a job due again) is written there, once.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Mapping, Sequence
+
+from sqlalchemy import Connection
+
+from queuelog.model.jobs import Done, Job, Outcome, Status, backoff_seconds
+from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
+                                     WrongState)
+from queuelog.server.store import statements as st
+from queuelog.server.store.audit import record
+from queuelog.server.store.engine import to_us
+from queuelog.server.store.part import Context, Part
+from queuelog.server.store.prepared import Prepared
+from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions
+from queuelog.server.store.tables import jobs
+
+LEASE_EXPIRED_ERROR = "lease expired"
+Item = tuple[int, int, "str | None"]  # a complete's (id, attempt, result JSON)
+
+
+class Finishing(Part):
+    """The verbs that end attempts and finish jobs; a backend gives ``_complete_rows``."""
+
+    def __init__(self, ctx: Context, *, backoff_base: float = 2.0,
+                 backoff_cap: float = 3600.0, rng: random.Random | None = None) -> None:
+        super().__init__(ctx)
+        self.backoff_base = backoff_base
+        self.backoff_cap = backoff_cap
+        self.rng = rng or random.Random()
+        # Types with a concurrency limit in force, as this process's last claim saw them:
+        # an ended attempt of one frees a slot (``settled``).
+        self.slot_types: frozenset[str] = frozenset()
+        d = self.engine.dialect
+        self._by_id, self._by_ids, self._attempt_end = (
+            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.ATTEMPT_END))
+        self._budget = {o: Prepared(s, d) for o, s in st.BUDGET.items()}
+        self._retry_later = {o: Prepared(s, d) for o, s in st.RETRY_LATER.items()}
+        self._fail_now = {o: Prepared(s, d) for o, s in st.FAIL_NOW.items()}
+
+    # -- the backend's part --------------------------------------------------------------
+    def _complete_rows(self, conn: Connection, now: int, worker: str,
+                       items: Sequence[Item], *, full: bool) -> tuple[list[Any], bool]:
+        """Complete the held items, each fenced alone (running, this worker, this attempt),
+        and close their attempts; the completed rows (``full``: every column, else id,
+        type, status) and whether the statement told other processes of freed slots."""
+        raise NotImplementedError
+
+    # -- the one tail --------------------------------------------------------------------
+    def settled(self, conn: Connection, rows: Sequence[Any], *, ran: bool = True,
+                told: bool = False) -> None:
+        """In the transaction that ended them: what follows when jobs finish or an attempt
+        ends. ``ran``: the rows were running (their slots are freed); ``told``: the
+        statement itself told the other processes (PostgreSQL's complete)."""
+        if not rows:
+            return
+        self.on_jobs_written()
+        if any(r.status == Status.PENDING.value for r in rows):
+            self.notifier.notify(conn)  # due at its run_at: waiting polls time their look
+        elif ran and self.slot_types and any(r.type in self.slot_types for r in rows):
+            self.notifier.notify(conn, told=told)  # a freed slot, as a new job
+
+    # -- complete --------------------------------------------------------------------------
+    def complete(self, job_id: int, worker: str, attempt: int,
+                 result_json: str | None = None) -> Job:
+        """Mark a held job completed, storing its result."""
+        with self.backend.one_statement(self._write) as conn:
+            rows, told = self._complete_rows(conn, self.clock(), worker,
+                                             [(job_id, attempt, result_json)], full=True)
+            if not rows:
+                raise self._refusal(conn, job_id, worker, attempt)
+            self.settled(conn, rows, told=told)
+        return Job.from_row(rows[0])
+
+    def complete_many(self, worker: str, items: Sequence[Item]) -> list[Done | QueuelogError]:
+        """Complete many held jobs (id, attempt, result JSON; ids distinct) at once, each
+        fenced on its own: a refused item changes nothing and is answered by its error;
+        a completed one by its id, type and status (``Done``). Only the refused items are
+        read again, to say why."""
+        if not items:
+            return []
+        with self.backend.one_statement(self._write) as conn:
+            done, told = self._complete_rows(conn, self.clock(), worker, items, full=False)
+            rows = {r.id: r for r in done}
+            refused = [job_id for job_id, _, _ in items if job_id not in rows]
+            now_rows = ({r.id: r for r in self._by_ids.rows(conn, {"ids": refused})}
+                        if refused else {})
+            self.settled(conn, done, told=told)
+        return [Done.from_row(rows[i]) if i in rows else
+                refusal(now_rows.get(i), i, worker, attempt) for i, attempt, _ in items]
+
+    # -- fail and take back ---------------------------------------------------------------
+    def fail(self, job_id: int, worker: str, attempt: int, error: str, *,
+             retry: bool = True, retry_in: float | None = None,
+             clean: Callable[[str], str] | None = None) -> Job:
+        """Record a failed attempt: back to pending after backoff, or failed for good.
+        ``clean`` (the sanitizer) is applied to ``error`` once the attempt is fenced."""
+        got = self.fail_many(worker, [(job_id, attempt, error, retry, retry_in)], clean)[0]
+        if isinstance(got, QueuelogError):
+            raise got
+        return got
+
+    def fail_many(self, worker: str,
+                  items: Sequence[tuple[int, int, str, bool, float | None]],
+                  clean: Callable[[str], str] | None = None) -> list[Job | QueuelogError]:
+        """Fail many held attempts (id, attempt, error, retry, retry_in) in one
+        transaction, each fenced on its own, as ``complete_many``; ``clean`` as ``fail``."""
+        out: list[Job | QueuelogError] = []
+        with self._write.begin() as conn:
+            now = self.clock()
+            for job_id, attempt, error, retry, retry_in in items:
+                row = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
+                                        retry=retry, retry_in=retry_in, worker=worker,
+                                        clean=clean)
+                out.append(Job.from_row(row) if row is not None else
+                           self._refusal(conn, job_id, worker, attempt))
+        return out
+
+    def take_back(self, conn: Connection, now: int, expired: Sequence[Any]) -> None:
+        """Take back the ``expired`` leases, (id, attempt) rows, as failed attempts."""
+        for job_id, attempt in expired:
+            row = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
+                                    LEASE_EXPIRED_ERROR, retry=True, retry_in=None,
+                                    worker=None)
+            if row is not None:
+                self.ctx.on_lease_expired(row.type)
+
+    def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
+                     outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,
+                     worker: str | None, clean: Callable[[str], str] | None = None) -> Any:
+        """End a running attempt with a failure: retry after backoff, or fail for good;
+        the job's row, or None where the fence refused it."""
+        own = worker is not None
+        params: dict[str, Any] = {"jid": job_id, "att": attempt, "wkr": worker, "now": now}
+        row = self._budget[own].first(conn, params)
+        if row is None:
+            return None
+        # Fenced: only now is the error text worth its sanitizing (a stale item costs none).
+        params["error"] = error = clean(error) if clean is not None else error
+        if retry and row.retry_count < row.max_retries:
+            n = row.retry_count + 1
+            delay = retry_in if retry_in is not None else backoff_seconds(
+                n, self.backoff_base, self.backoff_cap, self.rng)
+            updated = self._retry_later[own].first(
+                conn, {**params, "n": n, "run_at": now + to_us(delay)})
+        else:
+            updated = self._fail_now[own].first(conn, params)
+        if updated is None:
+            # PostgreSQL: a concurrent take-back or answer changed the row after the
+            # SELECT above; the UPDATE re-checked and matched nothing. Refuse, not 500.
+            return None
+        self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
+                                     "outcome": outcome.value, "error": error})
+        self.settled(conn, [updated])
+        return updated
+
+    # -- cancel ------------------------------------------------------------------------------
+    def cancel(self, job_id: int, scope: Scope = ALL, actor: str | None = None) -> Job:
+        """Cancel a pending job (a producer only its own); audited when ``actor`` is given."""
+        with self._write.begin() as conn:
+            now = self.clock()
+            rows = self.cancel_rows(conn, now, jobs.c.id == job_id, *scope_conditions(scope))
+            if not rows:
+                get_row(conn, job_id, scope)  # 404 when missing or not visible
+                raise WrongState("Only a pending job can be cancelled.")
+            if actor is not None:
+                record(conn, now, actor, "job.cancel", str(job_id))
+        return Job.from_row(rows[0])
+
+    def cancel_rows(self, conn: Connection, now: int, *conditions: Any) -> list[Any]:
+        """Cancel the pending jobs matching ``conditions`` in ``conn``'s transaction (a
+        single or a bulk cancel); their rows."""
+        rows = conn.execute(st.cancel(*conditions), {"now": now}).all()
+        self.settled(conn, rows, ran=False)
+        return rows
+
+    # -- why not -----------------------------------------------------------------------------
+    def _refusal(self, conn: Connection, job_id: int, worker: str,
+                 attempt: int) -> QueuelogError:
+        """Why a worker call matched no row, as the right domain error (not raised)."""
+        return refusal(self._by_id.first(conn, {"jid": job_id}), job_id, worker, attempt)
+
+    def _remember(self, limits: Mapping[str, Any]) -> None:
+        """The types whose ended attempt frees a slot, as a claim's reading found them."""
+        self.slot_types = frozenset(t for t, lim in limits.items() if lim.concurrency)
+
+
+def refusal(row: Any, job_id: int, worker: str, attempt: int) -> QueuelogError:
+    """Why a worker call on the job now in ``row`` (None: no such job) was refused."""
+    if row is None:
+        return JobNotFound(f"No job {job_id}.")
+    if row.worker_id != worker:
+        return NotHolder(f"Job {job_id} is not held by {worker}.")
+    if row.attempt != attempt:
+        return StaleAttempt(f"Attempt {attempt} is stale; the job is at attempt "
+                            f"{row.attempt}.")
+    return WrongState(f"Job {job_id} is {row.status}, not running.")

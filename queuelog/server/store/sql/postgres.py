@@ -1,0 +1,40 @@
+"""PostgreSQL's statements: JSON items read as ``jsonb``, wake-ups by ``pg_notify``."""
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from queuelog.server.store.listen import CHANNEL
+
+# Many rows in one statement (``insert_rows``), read as ``jsonb`` in array order: parsed
+# once, where each ``->>`` on a ``json`` value parsed its row again.
+INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM "
+               "jsonb_array_elements(CAST(:rows AS jsonb)) WITH ORDINALITY AS r(v, ord) "
+               "ORDER BY ord{returning}")
+# pg_notify in a RETURNING: told to every LISTEN at commit, once however many rows.
+NOTIFIED = "pg_notify(:channel, '') AS notified"
+# The one complete: the items joined to their rows, each fenced alone; their attempts
+# closed and a freed slot's wake-up sent by the same statement.
+COMPLETE = (
+    "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
+    "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
+    "FROM (SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att, "
+    "i ->> 2 AS res FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e(i)) AS v "
+    "WHERE jobs.id = v.id AND jobs.status = 'running' "
+    "AND jobs.attempt = v.att AND jobs.worker_id = :wkr "
+    "RETURNING jobs.*), "
+    "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
+    "error = NULL FROM done WHERE job_attempts.job_id = done.id "
+    "AND job_attempts.attempt = done.attempt) SELECT {returning}, CASE WHEN done.type = "
+    "ANY(CAST(:slot_types AS VARCHAR[])) THEN pg_notify(:channel, '') END AS notified "
+    "FROM done")
+ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
+NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=CHANNEL)
+# Two folds at once: the second's DELETE waits on the first's rows and then finds them
+# gone, so no delta is added twice.
+FOLD_COUNTS = text(
+    "WITH moved AS (DELETE FROM job_count_deltas RETURNING status, type, n) "
+    "INSERT INTO job_counts (status, type, n) "
+    "SELECT status, type, sum(n) FROM moved GROUP BY status, type "
+    "ON CONFLICT (status, type) DO UPDATE SET n = job_counts.n + excluded.n")
+EXPIRED_BY_TYPE = text("SELECT type, count(*) FROM jobs WHERE status = 'running' "
+                       "AND lease_expires_at < :now GROUP BY type")

@@ -1,0 +1,41 @@
+"""SQLite's statements: indexes pinned by INDEXED BY, JSON items read by ``json_each``."""
+from __future__ import annotations
+
+from sqlalchemy import text
+
+# The claim's walk; ``index``, ``typed`` and ``policy`` are SQL from this package (never
+# a value). A new SQLite database has no ANALYZE statistics, and without them the planner
+# takes a (status, ...) list index and sorts every pending job on each claim: INDEXED BY
+# pins the claim-order walk.
+DUE = ("SELECT cand.id FROM jobs AS cand {index} "
+       "WHERE cand.status = 'pending' AND cand.run_at <= :now {typed}"
+       "AND {policy} "
+       "ORDER BY cand.priority DESC, cand.run_at, cand.id LIMIT :n")
+# A claim of several types (``:types``, a JSON list): each type's own walk, correlated to
+# ``t``, at most :n jobs each, then the best :n of those. CROSS JOIN keeps the types outside:
+# a few walks of :n, whatever the other types' backlogs.
+EACH_TYPE = ("SELECT x.id FROM (SELECT DISTINCT value AS type FROM json_each(:types)) "
+             "AS t CROSS JOIN jobs AS x WHERE x.id IN ({walk}) "
+             "ORDER BY x.priority DESC, x.run_at, x.id LIMIT :n")
+EXPIRED = text("SELECT id, attempt FROM jobs INDEXED BY ix_jobs_lease "
+               "WHERE status = 'running' AND lease_expires_at < :now "
+               "ORDER BY lease_expires_at LIMIT :lim")
+EXPIRED_BY_TYPE = text(
+    "SELECT type, count(*) FROM jobs INDEXED BY ix_jobs_lease WHERE status = 'running' "
+    "AND lease_expires_at < :now GROUP BY type")
+# Many rows in one multi-row VALUES (``insert_rows``).
+INSERT_ROWS = "INSERT INTO {table} ({columns}) VALUES :rows{returning}"
+# The one complete: the items (``[[id, attempt, result], ...]``) joined to their rows, each
+# fenced alone. ``+`` keeps the planner off the status and worker indexes (it would walk
+# every running job for each item); the walk is the items, each a rowid lookup.
+COMPLETE = ("UPDATE jobs SET status = 'completed', result = i.value ->> 2, "
+            "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
+            "FROM json_each(:items) AS i "
+            "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
+            "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr "
+            "RETURNING {returning}")
+# The completed jobs' attempts closed (each item a primary-key lookup).
+CLOSE_ATTEMPTS = text(
+    "UPDATE job_attempts SET finished_at = :now, outcome = 'completed', error = NULL "
+    "FROM json_each(:items) AS i "
+    "WHERE job_attempts.job_id = i.value ->> 0 AND job_attempts.attempt = i.value ->> 1")
