@@ -9,13 +9,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime
 from typing import Any, Iterator
 from urllib.parse import quote
 
 import httpx
 
+from queuelog.model.claimed import ClaimedJob, parse_stamp
 from queuelog.model.jobs import backoff_seconds
+
+# A held job: the dict a claim returned, or the worker runner's parsed ``ClaimedJob``.
+HeldJob = dict[str, Any] | ClaimedJob
 
 # Long enough for a slow database; a long poll adds its ``wait`` to the read timeout.
 TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -64,12 +67,19 @@ def backoff(tries: int, first: float = RETRY_FIRST_SECONDS,
     return backoff_seconds(tries + 1, first, cap)
 
 
-def lease_deadline(job: dict[str, Any]) -> float:
+def lease_deadline(job: HeldJob) -> float:
     """The job's ``lease_expires_at`` as epoch seconds (now, when the job carries none)."""
-    stamp = job.get("lease_expires_at")
-    if not stamp:
-        return time.time()
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    if isinstance(job, ClaimedJob):
+        return job.deadline(time.time())
+    end = parse_stamp(job.get("lease_expires_at"))
+    return time.time() if end is None else end
+
+
+def _fence(job: HeldJob) -> tuple[int, int]:
+    """The job's id and attempt: what fences an answer."""
+    if isinstance(job, ClaimedJob):
+        return job.id, job.attempt
+    return int(job["id"]), job["attempt"]
 
 
 class Client:
@@ -144,24 +154,24 @@ class Client:
             return list(answer["jobs"]) if answer else []
         return answer  # None on 204
 
-    def heartbeat(self, job: dict[str, Any], lease_seconds: float | None = None) -> dict[str, Any]:
+    def heartbeat(self, job: HeldJob, lease_seconds: float | None = None) -> dict[str, Any]:
         """Extend the lease of a held job; returns the job with its new ``lease_expires_at``."""
-        body: dict[str, Any] = {"attempt": job["attempt"]}
+        body: dict[str, Any] = {"attempt": _fence(job)[1]}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
         return self._answer(job, "heartbeat", body, outcome=None)
 
-    def complete(self, job: dict[str, Any], result: dict[str, Any] | None = None) -> dict[str, Any]:
+    def complete(self, job: HeldJob, result: dict[str, Any] | None = None) -> dict[str, Any]:
         """Complete a held job, with an optional result object."""
-        body: dict[str, Any] = {"attempt": job["attempt"]}
+        body: dict[str, Any] = {"attempt": _fence(job)[1]}
         if result is not None:
             body["result"] = result
         return self._answer(job, "complete", body, outcome="completed")
 
-    def fail(self, job: dict[str, Any], error: str, retry: bool = True,
+    def fail(self, job: HeldJob, error: str, retry: bool = True,
              retry_in: float | None = None) -> dict[str, Any]:
         """Fail a held attempt: retried later as the job's retries allow, unless ``retry`` is False."""
-        body: dict[str, Any] = {"attempt": job["attempt"], "error": error, "retry": retry}
+        body: dict[str, Any] = {"attempt": _fence(job)[1], "error": error, "retry": retry}
         if retry_in is not None:
             body["retry_in"] = retry_in
         return self._answer(job, "fail", body, outcome="failed")
@@ -285,10 +295,10 @@ class Client:
                 return
             params["cursor"] = page["next_cursor"]
 
-    def _answer(self, job: dict[str, Any], verb: str, body: dict[str, Any],
+    def _answer(self, job: HeldJob, verb: str, body: dict[str, Any],
                 outcome: str | None) -> dict[str, Any]:
         """POST a fenced answer; retry what may not have landed until the lease runs out."""
-        path = f"jobs/{int(job['id'])}/{verb}"
+        path = f"jobs/{_fence(job)[0]}/{verb}"
         deadline = lease_deadline(job)
         tries = 0
         while True:
@@ -312,17 +322,18 @@ class Client:
     def _give_up(self, deadline: float, tries: int) -> bool:
         return self._closed.is_set() or time.time() >= deadline
 
-    def landed(self, job: dict[str, Any], outcome: str) -> dict[str, Any] | None:
+    def landed(self, job: HeldJob, outcome: str) -> dict[str, Any] | None:
         """The job, if its history shows that this attempt ended with ``outcome`` (else None).
 
         An earlier try whose answer was lost (a 503, a dropped connection) may have been
         committed; the retry then gets 409 and only the history can tell.
         """
+        job_id, attempt = _fence(job)
         try:
-            current = self.get(job["id"])
+            current = self.get(job_id)
         except ClientError:
             return None
-        return current if _attempt_outcome(current, job["attempt"]) == outcome else None
+        return current if _attempt_outcome(current, attempt) == outcome else None
 
     def _request(self, method: str, path: str, body: dict[str, Any] | None = None, *,
                  params: dict[str, Any] | None = None,

@@ -15,7 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from queuelog.client import Client, ClientError, ProblemError, Unreachable, backoff, lease_deadline
+from queuelog.client import Client, ClientError, ProblemError, Unreachable, backoff
+from queuelog.model.claimed import ClaimedJob
 from queuelog.worker.clock import SYSTEM, Clock
 
 MAX_ITEMS = 100  # per request; the server's MAX_BATCH is 500 by default
@@ -27,7 +28,7 @@ class Answer:
     """One job's answer, waiting to land."""
 
     verb: str                      # "complete" or "fail"
-    job: dict[str, Any]
+    job: ClaimedJob
     item: dict[str, Any]           # the batch item: id, attempt, result / error, retry...
     deadline: float = 0.0          # epoch seconds: the job's lease end
     tries: int = 0
@@ -46,10 +47,10 @@ class Answers:
         self._batches = True  # False against a server without the batch routes
         threading.Thread(target=self._run, name="queuelog-answers", daemon=True).start()
 
-    def send(self, verb: str, job: dict[str, Any], item: dict[str, Any]) -> None:
+    def send(self, verb: str, job: ClaimedJob, item: dict[str, Any]) -> None:
         """Complete or fail ``job``; raises the ``ClientError`` that kept it from landing."""
-        answer = Answer(verb, job, {"id": job["id"], "attempt": job["attempt"], **item},
-                        deadline=lease_deadline(job))
+        answer = Answer(verb, job, {"id": job.id, "attempt": job.attempt, **item},
+                        deadline=job.deadline(self.clock.time()))
         self._queue.put(answer)
         answer.done.wait()
         if answer.single:  # alone, through the single route: its own 4xx is its own

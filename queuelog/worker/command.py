@@ -38,7 +38,7 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     """
     from queuelog.client import Client
     from queuelog.worker.linux import make_not_dumpable, scrub_environ
-    from queuelog.worker.runner import Runner, read_token
+    from queuelog.worker.runner import Runner
     if not url:
         raise click.UsageError("no server: give --url or set QUEUELOG_URL")
     try:
@@ -48,7 +48,9 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
         raise click.UsageError(str(exc)) from None
     # The token now lives in this process only: out of its environment (for anything it
     # starts), and /proc/PID/environ and memory unreadable to its commands (same user).
-    scrub_environ("QUEUELOG_TOKEN")
+    if not scrub_environ("QUEUELOG_TOKEN"):
+        print("queuelog work: warning: QUEUELOG_TOKEN stays readable in /proc/PID/environ "
+              "here; prefer --token-file", file=sys.stderr, flush=True)
     make_not_dumpable()
     if shutil.which(command[0]) is None:
         raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
@@ -61,3 +63,23 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     gc.collect()
     gc.freeze()
     sys.exit(runner.run())
+
+
+def read_token(token_file: str | None, token: str | None) -> str:
+    """The worker key: from the token file if one is named, else the given value."""
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                mode = os.fstat(fh.fileno()).st_mode
+                text = fh.read().strip()
+        except OSError as exc:
+            raise ValueError(f"cannot read the token file: {exc}") from None
+        if not text:
+            raise ValueError(f"the token file {token_file} is empty")
+        if mode & 0o077:
+            print(f"queuelog work: warning: {token_file} is readable by other users; "
+                  f"chmod 600 it", file=sys.stderr, flush=True)
+        return text
+    if token and token.strip():
+        return token.strip()
+    raise ValueError("no token: give --token-file, or set QUEUELOG_TOKEN_FILE or QUEUELOG_TOKEN")

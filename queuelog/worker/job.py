@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Callable
 
 from queuelog.client import Client, ClientError, ProblemError
+from queuelog.model.claimed import ClaimedJob
 from queuelog.worker.answers import Answers
 from queuelog.worker.clock import SYSTEM, Clock
 from queuelog.worker.process import (ERROR_BYTES, STDOUT_TAIL, JobProcess, describe_exit,
@@ -30,14 +30,14 @@ class Settings:
 class JobRun:
     """Run one claimed job's command, heartbeat meanwhile, and report how it ended."""
 
-    def __init__(self, job: dict[str, Any], *, settings: Settings, client: Client,
+    def __init__(self, job: ClaimedJob, *, settings: Settings, client: Client,
                  answers: Answers, must_stop: Callable[[], bool],
                  refused: Callable[[ProblemError], None], log: Callable[[str], None],
                  clock: Clock = SYSTEM, hurry: Callable[[], bool] = lambda: False) -> None:
         self.job, self.settings, self.client, self.answers = job, settings, client, answers
         self.must_stop, self.refused, self.log, self.clock = must_stop, refused, log, clock
         self.hurry = hurry  # a second signal: a stopped command gets no 5 s after SIGTERM
-        self.lease = settings.lease or lease_of(job)
+        self.lease = settings.lease or job.lease_seconds
         self.lost = threading.Event()
         self.done = threading.Event()
         self.started = clock.monotonic()
@@ -45,7 +45,7 @@ class JobRun:
     def run(self, release: Callable[[], None]) -> None:
         """The whole life of the job in this runner; ``release`` once its command is over."""
         try:
-            proc = JobProcess(self.settings.command, self.job.get("payload"), self.child_env())
+            proc = JobProcess(self.settings.command, self.job.payload, self.child_env())
         except OSError as exc:  # deleted or made unexecutable since the runner started
             release()
             self._fail("failed", f"cannot run {self.settings.command[0]}: {exc}")
@@ -59,12 +59,16 @@ class JobRun:
             release()  # the next job may start while this one's answer is sent
         self._report(ended, code, proc)
 
+    def hand_back(self, why: str) -> None:
+        """Give the job back unrun: failed with retry, due again at once (``retry_in`` 0)."""
+        self._fail("returned", why, retry_in=0)
+
     def child_env(self) -> dict[str, str]:
         """The command's environment: the runner's, less its token, plus the job's fields."""
         j = self.job
-        return {**self.settings.env, "QUEUELOG_JOB_ID": str(j["id"]),
-                "QUEUELOG_JOB_TYPE": str(j["type"]), "QUEUELOG_JOB_ATTEMPT": str(j["attempt"]),
-                "QUEUELOG_JOB_PRIORITY": str(j.get("priority", ""))}
+        return {**self.settings.env, "QUEUELOG_JOB_ID": str(j.id),
+                "QUEUELOG_JOB_TYPE": j.type, "QUEUELOG_JOB_ATTEMPT": str(j.attempt),
+                "QUEUELOG_JOB_PRIORITY": "" if j.priority is None else str(j.priority)}
 
     def _report(self, ended: str, code: int, proc: JobProcess) -> None:
         if self.lost.is_set():
@@ -101,7 +105,8 @@ class JobRun:
         interval = max(self.lease / 3, 0.2)
         while not self.done.wait(interval):
             try:
-                self.job = self.client.heartbeat(self.job, lease_seconds=self.settings.lease)
+                answer = self.client.heartbeat(self.job, lease_seconds=self.settings.lease)
+                self.job = self.job.renewed(answer)
             except ProblemError as exc:
                 if self.done.is_set():
                     return
@@ -120,7 +125,7 @@ class JobRun:
 
     def _beat_failed(self, why: str) -> None:
         # Tried again on schedule; the lease may still run out, and the log says why.
-        self.log(f"job={self.job.get('id')} heartbeat failed, retrying: {why}")
+        self.log(f"job={self.job.id} heartbeat failed, retrying: {why}")
 
     def _complete(self, result: dict[str, Any] | None, stdout: str) -> None:
         item = {} if result is None else {"result": result}
@@ -162,7 +167,7 @@ class JobRun:
 
     def _log(self, outcome: str) -> None:
         j = self.job
-        self.log(f"job={j['id']} type={j['type']} attempt={j['attempt']} "
+        self.log(f"job={j.id} type={j.type} attempt={j.attempt} "
                  f"outcome={outcome} seconds={self.clock.monotonic() - self.started:.3f}")
 
 
@@ -172,12 +177,3 @@ def _with_stderr(head: str, proc: JobProcess) -> str:
     tail = proc.stderr.last(room)
     return f"{head}\n{tail}" if tail else head
 
-
-def lease_of(job: dict[str, Any]) -> float:
-    """The job's lease in seconds, from its claim's ``claimed_at`` and ``lease_expires_at``."""
-    try:
-        start = datetime.fromisoformat(job["claimed_at"].replace("Z", "+00:00"))
-        end = datetime.fromisoformat(job["lease_expires_at"].replace("Z", "+00:00"))
-        return max((end - start).total_seconds(), 1.0)
-    except (KeyError, AttributeError, ValueError):
-        return 300.0  # LEASE_SECONDS' default

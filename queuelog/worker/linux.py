@@ -10,7 +10,9 @@
   read, so a command (same user) cannot read the runner's token from there.
 - ``scrub_environ``: ``/proc/PID/environ`` shows the environment as it was at exec (the
   original strings, whatever ``unsetenv`` does later), and root reads it despite the above;
-  so the token's bytes are overwritten where they lie.
+  so the token's bytes are overwritten where they lie. The live ``environ`` is looked up among
+  the process's own symbols: a non-PIE executable (Debian's ``/usr/bin/python3.11``) holds a
+  copy of it that libc itself uses, and libc's own symbol is then left NULL.
 """
 from __future__ import annotations
 
@@ -47,7 +49,17 @@ def _load_prctl() -> Any:
     return prctl
 
 
+def _load_self() -> Any:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None)  # dlsym(RTLD_DEFAULT): the executable's symbols first
+    except OSError:
+        return None
+
+
 _LIBC = _load_libc()
+_SELF = _load_self()
 # Resolved once in the parent: the child between fork and exec only calls it.
 _PRCTL = _load_prctl()
 
@@ -57,19 +69,41 @@ def make_not_dumpable() -> bool:
     return _PRCTL is not None and _PRCTL(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
 
 
-def scrub_environ(name: str) -> None:
-    """Zero ``NAME=value`` in the process's original environment block, then unset it."""
-    if _LIBC is not None:
-        prefix = name.encode() + b"="
-        environ = ctypes.POINTER(ctypes.c_char_p).in_dll(_LIBC, "environ")
+def _environ() -> Any:
+    """The process's live ``environ`` array, or None where it cannot be found (off Linux)."""
+    # The executable's copy first: where it has one (a non-PIE executable's copy relocation),
+    # that is the array libc uses, and libc's own ``environ`` stays NULL.
+    for lib in (_SELF, _LIBC):
+        if lib is None:
+            continue
+        try:
+            environ = ctypes.POINTER(ctypes.c_char_p).in_dll(lib, "environ")
+        except ValueError:  # no such symbol there
+            continue
+        if environ:  # a NULL pointer is false
+            return environ
+    return None
+
+
+def scrub_environ(name: str) -> bool:
+    """Zero ``NAME=value`` in the process's original environment block, then unset it.
+
+    False when ``NAME`` was set but its bytes could not be reached (off Linux, or no
+    ``environ`` found): it is still unset for what this process starts.
+    """
+    prefix, scrubbed = name.encode() + b"=", name not in os.environ
+    environ = _environ()
+    if environ is not None:
+        addresses = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))
         i = 0
         while environ[i] is not None:
             entry = environ[i]
             if entry.startswith(prefix):
-                address = ctypes.cast(environ, ctypes.POINTER(ctypes.c_void_p))[i]
-                ctypes.memset(address, 0, len(entry))
+                ctypes.memset(addresses[i], 0, len(entry))
+                scrubbed = True
             i += 1
     os.environ.pop(name, None)
+    return scrubbed
 
 
 def die_with_parent(sig: int = signal.SIGKILL) -> Callable[[], None] | None:

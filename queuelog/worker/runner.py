@@ -11,9 +11,10 @@ import signal
 import ssl
 import sys
 import threading
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from queuelog.client import Client, ProblemError, Unreachable, backoff
+from queuelog.model.claimed import ClaimedJob, MalformedJob
 from queuelog.worker.answers import Answers
 from queuelog.worker.clock import SYSTEM, Clock
 from queuelog.worker.job import JobRun, Settings
@@ -32,8 +33,10 @@ class Runner:
 
     def __init__(self, client: Client, command: list[str], *, types: list[str] | None = None,
                  concurrency: int = 1, lease: float | None = None, timeout: float | None = None,
-                 grace: float = 30.0, log: TextIO | None = None, clock: Clock = SYSTEM) -> None:
+                 grace: float = 30.0, log: TextIO | None = None, clock: Clock = SYSTEM,
+                 spawn: Callable[..., Any] = threading.Thread) -> None:
         self.client, self.types, self.grace, self.clock = client, types, grace, clock
+        self._spawn = spawn  # makes the job threads (a test's may fail to start, as a host can)
         self.concurrency = concurrency
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
         self.settings = Settings(list(command), env, lease, timeout)
@@ -43,7 +46,7 @@ class Runner:
         self._hard = threading.Event()       # second signal or a refused key: kill now
         self.slots = Slots(concurrency, stopped=self._stop.is_set, clock=clock)
         self._state = self.slots.cond        # one lock for the slots and the job count
-        self._jobs = 0      # job threads alive: running, or answering after their command
+        self._jobs = 0      # jobs held: running, answering after their command, or handed back
         self._outage = False  # claims are failing: said once, and once when they work again
         self._grace_end = float("inf")
         self._hard_end = float("inf")
@@ -66,8 +69,9 @@ class Runner:
         for poller in pollers:
             poller.start()
         with self._state:
-            # Once stopped and idle, an open long poll is abandoned rather than waited for
-            # (up to 30 s): an idle worker stops at once.
+            # Once stopped, an open long poll is abandoned rather than waited for (up to
+            # 30 s), busy or idle: only the jobs held are waited for, and whatever that poll
+            # still returns goes back unrun (poll_once).
             while self._jobs or not (self._stop.is_set()
                                      or not any(p.is_alive() for p in pollers)):
                 if self._hard.is_set() and self.clock.monotonic() >= self._hard_end:
@@ -145,9 +149,14 @@ class Runner:
             return self._pause(tries, str(exc), None)
         finally:
             with self._state:  # the claimed jobs take their slots before the rest is freed
-                self._jobs += len(jobs)
-            self.slots.settle(free, len(jobs))
+                self._jobs += len(jobs)  # run() waits for them, run or handed back
+                stopping = self._stop.is_set()
+            self.slots.settle(free, 0 if stopping else len(jobs))
         self._answered()
+        if stopping:  # claimed after SIGTERM (a long poll open before it): not run (CONTRACT)
+            for job in jobs:
+                self._hand_back(job, "the worker was shutting down when it claimed this job")
+            return 0
         for job in jobs:
             self._start(job)
         if not jobs and self.clock.monotonic() - started < POLL_WAIT / 2:
@@ -172,7 +181,7 @@ class Runner:
                 self._outage = False
                 self.log("the server answers again")
 
-    def _claim(self, free: int) -> list[dict[str, Any]]:
+    def _claim(self, free: int) -> list[ClaimedJob]:
         """Claim up to ``free`` jobs (at least one slot is reserved); only well-formed ones."""
         if self._batch_claims and free > 1:
             try:
@@ -186,9 +195,9 @@ class Runner:
         job = self.client.claim(self.types, wait=POLL_WAIT, lease_seconds=self.settings.lease)
         return self._well_formed([job] if job else [], 1)
 
-    def _well_formed(self, jobs: Any, free: int) -> list[dict[str, Any]]:
+    def _well_formed(self, jobs: Any, free: int) -> list[ClaimedJob]:
         """The claimed jobs the runner can run; a malformed answer is one line, then skipped."""
-        good = [j for j in jobs if _is_job(j)] if isinstance(jobs, list) else []
+        good = [j for j in map(_parsed, jobs) if j] if isinstance(jobs, list) else []
         if len(good) != (len(jobs) if isinstance(jobs, list) else 1) or len(good) > free:
             self.log(f"the server's claim answer is malformed ({str(jobs)[:200]}); "
                      "claiming again")
@@ -205,14 +214,37 @@ class Runner:
         self.clock.sleep(delay, self._stop)
         return tries + 1
 
-    def _start(self, job: dict[str, Any]) -> None:
+    def _start(self, job: ClaimedJob) -> None:
         # Its slot is already counted (in the slots and _jobs) by the claim that got it.
-        threading.Thread(target=self._job_thread, args=(job,), daemon=True,
-                         name=f"queuelog-job-{job['id']}").start()
+        try:
+            self._spawn(target=self._job_thread, args=(job,), daemon=True,
+                        name=f"queuelog-job-{job.id}").start()
+        except Exception as exc:  # RuntimeError "can't start new thread": out of threads
+            why = f"{type(exc).__name__}: {exc}"
+            self.slots.release()
+            self.log(f"job={job.id} cannot start a thread to run it ({why}); handing it back")
+            self._hand_back(job, f"the worker could not start it ({why})")
+
+    def _hand_back(self, job: ClaimedJob, why: str) -> None:
+        """Give a claimed job back unrun (failed with retry, due at once); it holds no slot."""
+        try:
+            self._job_run(job).hand_back(why)
+        except Exception as exc:  # a bug here must not keep run() waiting for this job
+            self.log(f"job={job.id} internal error: {type(exc).__name__}: {exc}")
+        finally:
+            with self._state:
+                self._jobs -= 1
+                self._state.notify_all()
+
+    def _job_run(self, job: ClaimedJob) -> JobRun:
+        """The job's run, with this runner's narrow collaborators."""
+        return JobRun(job, settings=self.settings, client=self.client, answers=self.answers,
+                      must_stop=self.must_stop, refused=self.refused, log=self.log,
+                      clock=self.clock, hurry=self._hard.is_set)
 
     # -- one job -------------------------------------------------------------------------------
 
-    def _job_thread(self, job: dict[str, Any]) -> None:
+    def _job_thread(self, job: ClaimedJob) -> None:
         released = threading.Event()
 
         def release() -> None:  # once, whichever way the job ends
@@ -220,11 +252,9 @@ class Runner:
                 released.set()
                 self.slots.release()
         try:
-            JobRun(job, settings=self.settings, client=self.client, answers=self.answers,
-                   must_stop=self.must_stop, refused=self.refused, log=self.log,
-                   clock=self.clock, hurry=self._hard.is_set).run(release)
+            self._job_run(job).run(release)
         except Exception as exc:  # a bug here must not stop the other jobs or hang the exit
-            self.log(f"job={job.get('id')} internal error: {type(exc).__name__}: {exc}")
+            self.log(f"job={job.id} internal error: {type(exc).__name__}: {exc}")
         finally:
             release()
             with self._state:
@@ -242,27 +272,10 @@ def _tls_failure(exc: BaseException) -> str | None:
     return None
 
 
-def _is_job(job: Any) -> bool:
-    """A claimed job as the runner needs it: an id, a type and an attempt."""
-    return (isinstance(job, dict) and isinstance(job.get("id"), int)
-            and isinstance(job.get("attempt"), int) and isinstance(job.get("type"), str))
+def _parsed(job: Any) -> ClaimedJob | None:
+    """A claimed job as the runner needs it (an id, a type and an attempt), else None."""
+    try:
+        return ClaimedJob.from_json(job)
+    except MalformedJob:
+        return None
 
-
-def read_token(token_file: str | None, token: str | None) -> str:
-    """The worker key: from the token file if one is named, else the given value."""
-    if token_file:
-        try:
-            with open(token_file, encoding="utf-8") as fh:
-                mode = os.fstat(fh.fileno()).st_mode
-                text = fh.read().strip()
-        except OSError as exc:
-            raise ValueError(f"cannot read the token file: {exc}") from None
-        if not text:
-            raise ValueError(f"the token file {token_file} is empty")
-        if mode & 0o077:
-            print(f"queuelog work: warning: {token_file} is readable by other users; "
-                  f"chmod 600 it", file=sys.stderr, flush=True)
-        return text
-    if token and token.strip():
-        return token.strip()
-    raise ValueError("no token: give --token-file, or set QUEUELOG_TOKEN_FILE or QUEUELOG_TOKEN")

@@ -296,14 +296,7 @@ def test_an_unreachable_server_is_unreachable():
         c.claim()
 
 
-@pytest.fixture
-def batch_routes(app: Any) -> None:
-    """Skip where the server has no batch routes (a tree without POST /jobs/batch)."""
-    if not any(rule.rule == "/jobs/batch" for rule in app.url_map.iter_rules()):
-        pytest.skip("this tree has no batch routes yet")
-
-
-def test_batches_enqueue_claim_complete_and_fail(connect, producer, worker, batch_routes):
+def test_batches_enqueue_claim_complete_and_fail(connect, producer, worker):
     p, w = connect(producer), connect(worker)
     jobs = p.enqueue_many([{"type": "email", "payload": {"n": n}} for n in range(5)])
     assert [j["payload"]["n"] for j in jobs] == list(range(5))

@@ -6,16 +6,24 @@ exactly what a worker or producer host gets from ``pip install ./client``.
 """
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
+import time
 from typing import Any
 
 import pytest
 
 from helpers import copy_source, once_per_run
+from queuelog.client import Client
 from server_process import Server, make_keys
+
+# The distribution's own interpreter (Debian's python3.11 is a non-PIE executable, unlike the
+# pyenv one the suite runs under): a worker host's likeliest Python.
+DISTRIBUTION_PYTHON = pathlib.Path("/usr/bin/python3")
 
 # The whole dependency closure of httpx and click: nothing of the server's may be in it.
 CLIENT_CLOSURE = {"queuelog_client", "httpx", "httpcore", "h11", "anyio", "sniffio", "idna",
@@ -29,6 +37,12 @@ from queuelog.client import Client
 with Client(sys.argv[1], sys.argv[2]) as c:
     job = c.enqueue("email", {"to": "ada@example.com"}, idempotency_key="from-client-host")
 print(job["id"], job["status"], job["payload"]["to"])
+"""
+# A job's command: what the runner handed it (the payload, and no token in its environment).
+HANDLER = """
+import json, os, sys
+payload = json.load(sys.stdin)
+print(json.dumps({"to": payload["to"], "token_seen": "QUEUELOG_TOKEN" in os.environ}))
 """
 IMPORTABLE = """
 import importlib.util
@@ -66,6 +80,26 @@ def venv(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def wheelhouse(venv: pathlib.Path) -> pathlib.Path:
     """The wheels ``venv`` was installed from, and only those."""
     return venv.parent / "wheels"
+
+
+@pytest.fixture(scope="module")
+def system_venv(wheelhouse: pathlib.Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> pathlib.Path:
+    """A venv of the distribution's ``/usr/bin/python3`` with the same client-only wheels
+    (no index); made once per test run."""
+    if not DISTRIBUTION_PYTHON.exists():
+        pytest.skip(f"{DISTRIBUTION_PYTHON} does not exist on this host: no distribution "
+                    "Python to run the worker under")
+
+    def build(folder: pathlib.Path) -> None:
+        where = folder / "v"
+        made = _run([str(DISTRIBUTION_PYTHON), "-m", "venv", "--without-pip", str(where)])
+        assert made.returncode == 0, made.stderr
+        proc = _run([sys.executable, "-m", "pip", "--python", str(where / "bin" / "python"),
+                     "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+                     "queuelog-client"])
+        assert proc.returncode == 0, proc.stderr
+    return once_per_run(tmp_path_factory, "system-client-venv", build) / "v"
 
 
 def _env() -> dict[str, str]:
@@ -120,4 +154,49 @@ def test_a_producer_enqueues_from_the_client_only_install(venv, tmp_path):
                      env=_env(), cwd=tmp_path)
         assert again.stdout.split()[0] == job_id  # the idempotent replay: one job
     finally:
+        server.stop()
+
+
+def test_queuelog_work_runs_a_job_under_the_distribution_python(system_venv, tmp_path):
+    """Issue 35: under Debian's /usr/bin/python3, ``queuelog work`` exited 1 at every start
+    (``ValueError: NULL pointer access`` scrubbing the token from its environment)."""
+    config = (system_venv / "pyvenv.cfg").read_text()
+    assert f"home = {DISTRIBUTION_PYTHON.parent}" in config, config
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite3'}"
+    keys = make_keys(db_url, {"billing": "producer", "mailer": "worker"})
+    tokens = {name: h["Authorization"].split()[1] for name, h in keys.items()}
+    server = Server(db_url, str(tmp_path / "server.log"), workers=1, threads=4, env={
+        "QUEUELOG_JOB_TYPES": json.dumps({"email": {}})}).start()
+    url = f"http://127.0.0.1:{server.port}"
+    log_path = tmp_path / "work.log"
+    runner: subprocess.Popen[bytes] | None = None
+    try:
+        with Client(url, tokens["billing"]) as producer:
+            job = producer.enqueue("email", {"to": "ada@example.com"})
+            with open(log_path, "wb") as log:
+                runner = subprocess.Popen(
+                    [str(system_venv / "bin" / "queuelog"), "work", "--url", url, "--types",
+                     "email", "--", str(system_venv / "bin" / "python"), "-c", HANDLER],
+                    env={**_env(), "QUEUELOG_TOKEN": tokens["mailer"]}, cwd=tmp_path,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            deadline = time.monotonic() + 20
+            while (now := producer.get(job["id"]))["status"] != "completed":
+                assert runner.poll() is None, log_path.read_text()
+                assert time.monotonic() < deadline, (now, log_path.read_text())
+                time.sleep(0.05)
+        assert now["result"] == {"to": "ada@example.com", "token_seen": False}
+        try:  # root may read it despite PR_SET_DUMPABLE: the token's bytes are gone all the same
+            seen = pathlib.Path(f"/proc/{runner.pid}/environ").read_bytes()
+        except OSError:
+            seen = b""
+        assert tokens["mailer"].encode() not in seen
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=10) == 0, log_path.read_text()
+        lines = log_path.read_text()
+        assert f"job={job['id']} type=email attempt=1 outcome=completed" in lines, lines
+        assert "Traceback" not in lines and "warning" not in lines, lines
+    finally:
+        if runner is not None and runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)
+            runner.wait(timeout=10)
         server.stop()

@@ -8,9 +8,10 @@ from typing import Any, Callable
 
 import pytest
 
-from queuelog.worker import answers as answers_module
 from queuelog.worker.answers import Answers
+from queuelog.worker.clock import Clock
 from queuelog.client import ClientError, ProblemError, Unreachable
+from queuelog.model.claimed import ClaimedJob
 
 
 def lease_in(seconds: float) -> str:
@@ -19,9 +20,10 @@ def lease_in(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def job(job_id: int, lease: float = 30) -> dict[str, Any]:
+def job(job_id: int, lease: float = 30) -> ClaimedJob:
     """A claimed job as the runner holds it."""
-    return {"id": job_id, "attempt": 1, "lease_expires_at": lease_in(lease)}
+    return ClaimedJob.from_json({"id": job_id, "type": "email", "attempt": 1,
+                                 "lease_expires_at": lease_in(lease)})
 
 
 class FakeClient:
@@ -50,19 +52,19 @@ class FakeClient:
     def fail_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return self._batch("fail", items)
 
-    def complete(self, job: dict[str, Any], result: Any = None) -> dict[str, Any]:
-        self.singles.append(("complete", job["id"]))
+    def complete(self, job: ClaimedJob, result: Any = None) -> dict[str, Any]:
+        self.singles.append(("complete", job.id))
         if result and "huge" in result:
             raise ProblemError(422, "urn:x:validation-error", "result: too large")
-        return job
+        return dict(job.raw)
 
-    def fail(self, job: dict[str, Any], error: str, retry: bool = True,
+    def fail(self, job: ClaimedJob, error: str, retry: bool = True,
              retry_in: Any = None) -> dict[str, Any]:
-        self.singles.append(("fail", job["id"]))
-        return job
+        self.singles.append(("fail", job.id))
+        return dict(job.raw)
 
-    def landed(self, job: dict[str, Any], outcome: str) -> dict[str, Any] | None:
-        return job if self.outcomes.get(job["id"]) == outcome else None
+    def landed(self, job: ClaimedJob, outcome: str) -> dict[str, Any] | None:
+        return dict(job.raw) if self.outcomes.get(job.id) == outcome else None
 
 
 def ok(verb: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -71,15 +73,35 @@ def ok(verb: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"id": i["id"], "status": 200, "job_status": status} for i in items]
 
 
-@pytest.fixture(autouse=True)
-def quick(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Retries a few milliseconds apart."""
-    monkeypatch.setattr(answers_module, "backoff", lambda tries: 0.01)
+class FastClock(Clock):
+    """Wall-clock time that a pause moves on at once: retries take no real time."""
+
+    def __init__(self) -> None:
+        self.ahead = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.ahead
+
+    def sleep(self, seconds: float, stop: threading.Event | None = None) -> None:
+        self.ahead += max(0.0, seconds)
 
 
-def send_all(answers: Answers, calls: list[tuple[str, dict[str, Any], dict[str, Any]]]
+def answers_for(client: FakeClient, log: Callable[[str], None] = print,
+                clock: Clock | None = None) -> Answers:
+    """Answers on the fake client, pausing on a ``FastClock``."""
+    return Answers(client, log=log, clock=clock or FastClock())  # type: ignore[arg-type]
+
+
+SETTLE_SECONDS = 5.0  # every answer here settles well within this, or the test fails
+
+
+def send_all(answers: Answers, calls: list[tuple[str, ClaimedJob, dict[str, Any]]]
              ) -> list[Exception | None]:
-    """Send answers from one thread each, as job threads do; what each raised."""
+    """Send answers from one thread each, as job threads do; what each raised.
+
+    Bounded: an answer still unsettled after ``SETTLE_SECONDS`` fails the test (its daemon
+    thread cannot keep the run from ending).
+    """
     out: list[Exception | None] = [None] * len(calls)
 
     def one(i: int) -> None:
@@ -87,18 +109,21 @@ def send_all(answers: Answers, calls: list[tuple[str, dict[str, Any], dict[str, 
             answers.send(*calls[i])
         except Exception as exc:  # collected for the test to look at
             out[i] = exc
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(calls))]
+    threads = [threading.Thread(target=one, args=(i,), daemon=True) for i in range(len(calls))]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + SETTLE_SECONDS
     for t in threads:
-        t.join(10)
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = [calls[i][1].id for i, t in enumerate(threads) if t.is_alive()]
+    assert not stuck, f"answers for jobs {stuck} not settled within {SETTLE_SECONDS:g} s"
     return out
 
 
 def test_answers_that_wait_together_go_in_one_request():
     client = FakeClient(ok)
     client.gate.clear()  # the first request hangs until the others have queued
-    answers = Answers(client, log=print)  # type: ignore[arg-type]
+    answers = answers_for(client)
     calls = [("complete", job(n), {"result": {"n": n}}) for n in range(1, 7)]
     calls.append(("fail", job(7), {"error": "boom", "retry": True}))
     threading.Timer(0.3, client.gate.set).start()
@@ -120,7 +145,7 @@ def test_a_batch_that_did_not_land_is_retried_and_a_lost_answer_is_found():
                 for i in items]
 
     client = FakeClient(script)
-    assert send_all(Answers(client, log=print), [("complete", job(1), {})]) == [None]  # type: ignore
+    assert send_all(answers_for(client), [("complete", job(1), {})]) == [None]
     assert tries == [1, 1]
 
 
@@ -131,29 +156,29 @@ def test_a_409_for_an_answer_that_never_landed_is_raised():
 
     client = FakeClient(script)
     client.outcomes[1] = "lease_expired"
-    (error,) = send_all(Answers(client, log=print), [("complete", job(1), {})])  # type: ignore[arg-type]
+    (error,) = send_all(answers_for(client), [("complete", job(1), {})])
     assert isinstance(error, ProblemError) and error.status == 409
 
 
 def test_retries_end_with_the_lease():
-    client = FakeClient(lambda verb, items: Unreachable("connection refused"))
-    began = time.monotonic()
-    (error,) = send_all(Answers(client, log=print), [("fail", job(1, lease=0.3),  # type: ignore[arg-type]
-                                           {"error": "x", "retry": True})])
-    assert isinstance(error, Unreachable) and time.monotonic() - began < 3
-    assert len(client.batches) > 2
+    client, clock = FakeClient(lambda verb, items: Unreachable("connection refused")), FastClock()
+    (error,) = send_all(answers_for(client, clock=clock),
+                        [("fail", job(1, lease=30), {"error": "x", "retry": True})])
+    assert isinstance(error, Unreachable)
+    assert len(client.batches) > 2  # retried, with backoff, for the whole lease...
+    assert 29 <= clock.ahead < 45   # ...and not beyond it (less the real time spent)
 
 
 def test_without_batch_routes_or_when_a_batch_is_refused_each_answer_goes_alone():
     old_server = FakeClient(lambda verb, items: ProblemError(404, "urn:x:not-found", "no"))
-    answers = Answers(old_server, log=print)  # type: ignore[arg-type]
+    answers = answers_for(old_server)
     assert send_all(answers, [("complete", job(1), {})]) == [None]
     assert send_all(answers, [("fail", job(2), {"error": "e", "retry": True})]) == [None]
     assert len(old_server.batches) == 1  # asked once, then single calls only
     assert old_server.singles == [("complete", 1), ("fail", 2)]
 
     spoiled = FakeClient(lambda verb, items: ProblemError(422, "urn:x:validation-error", "x"))
-    client_answers = Answers(spoiled, log=print)  # type: ignore[arg-type]
+    client_answers = answers_for(spoiled)
     spoiled.gate.clear()
     threading.Timer(0.3, spoiled.gate.set).start()
     errors = send_all(client_answers, [("complete", job(1), {"result": {"huge": 1}}),
@@ -180,7 +205,7 @@ def test_the_sender_survives_any_error_and_every_answer_is_settled(spoil):
 
     client = FakeClient(script)
     lines: list[str] = []
-    answers = Answers(client, log=lines.append)  # type: ignore[arg-type]
+    answers = answers_for(client, lines.append)
     assert send_all(answers, [("complete", job(1), {"result": {"n": 1}})]) == [None]
     assert client.singles == [("complete", 1)]  # the spoiled batch's answer went alone
     assert len(lines) == 1 and "sending each alone" in lines[0]
