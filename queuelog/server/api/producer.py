@@ -19,7 +19,7 @@ bp = Blueprint("producer", __name__)
 
 
 @bp.post("/jobs")
-@require("producer", "admin", write=True)
+@require(actions.enqueue, write=True)
 def enqueue() -> Any:
     """Enqueue a job (201), or replay an idempotent request (200)."""
     errors = FieldErrors()
@@ -43,7 +43,7 @@ def enqueue() -> Any:
 
 
 @bp.post("/jobs/batch")
-@require("producer", "admin", write=True)
+@require(actions.enqueue_many, write=True)
 def enqueue_batch() -> Any:
     """Enqueue many jobs in one transaction, all or nothing (201; 200 if all replayed)."""
     errors = FieldErrors()
@@ -74,7 +74,7 @@ def enqueue_batch() -> Any:
 
 
 @bp.post("/jobs/<job_id:job_id>/cancel")
-@require("producer", "admin", write=True)
+@require(actions.cancel, write=True)
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
     body("Empty")  # a body, if sent, must be a JSON object with no fields
