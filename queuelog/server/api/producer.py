@@ -10,7 +10,8 @@ from queuelog.server.auth import Principal, current_user, require
 from queuelog.model.problems import ValidationFailed
 from queuelog.model.jobs import Priority
 from queuelog.server.store import NewJob
-from queuelog.server.requests.check import FieldErrors, body, field_errors, given
+from queuelog.server.requests.bodies import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
+from queuelog.server.requests.check import FieldErrors, body, declared, field_errors, given
 from queuelog.server.requests.parse import compact, idempotency_header, timestamp_us
 from queuelog.server.api.serialize import job_json
 
@@ -122,9 +123,7 @@ def _header_key(errors: FieldErrors) -> str | None:
     except ValidationFailed as exc:
         errors.extend(exc.errors or [])
         return None
-    if header is not None and (not 1 <= len(header) <= 255
-                               or not all(" " <= c <= "~" for c in header)):
-        errors.append({"field": "Idempotency-Key",
-                       "detail": "Must be 1 to 255 printable ASCII characters."})
+    if header is not None and not declared(IDEMPOTENCY_KEY).passes(header):
+        errors.append({"field": "Idempotency-Key", "detail": IDEMPOTENCY_KEY_RULE})
         return None
     return header
