@@ -231,15 +231,29 @@ def guard_write() -> None:
                                    "Content-Type: application/json.")
 
 
-def require(*roles: str, write: bool = False) -> Callable[[F], F]:
-    """Authenticate (401), authorize by role (403), then guard writes; in that order."""
+def require(*gated: Callable[..., Any], write: bool = False) -> Callable[[F], F]:
+    """Authenticate (401); refuse (403) a caller that the actions the view calls would
+    refuse, before its body is read; then guard writes. In that order (contract).
+
+    The roles are the actions' own declarations (``actions.gate``), read here only so the
+    403 comes first: each action checks its caller again itself. With no action named, a
+    view is only authenticated.
+    """
+    roles: frozenset[str] | None = None
+    for action in gated:
+        declared: frozenset[str] = getattr(action, "roles")  # an action without a gate: a bug
+        roles = declared if roles is None else roles & declared
+    if roles is not None and not roles:
+        raise ValueError(f"no role may call all of {[a.__name__ for a in gated]}")
+
     def decorate(view: F) -> F:
         @wraps(view)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             if write:
                 guard_write()
             return view(*args, **kwargs)
-        return auth.login_required(role=list(roles))(guarded)  # type: ignore[no-any-return]
+        return auth.login_required(  # type: ignore[no-any-return]
+            role=None if roles is None else sorted(roles))(guarded)
     return decorate
 
 

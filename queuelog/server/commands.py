@@ -21,7 +21,6 @@ from queuelog.server import actions, retention
 from queuelog.server.auth import KEY_ROLES, USER_ROLES, hash_password
 from queuelog.server.errors import is_unavailable, one_line
 from queuelog.server.requests.parse import is_name
-from queuelog.server.db import get_store
 
 
 def parse_duration(text: str) -> int:
@@ -64,10 +63,9 @@ server = click.Group("queuelog-server")
 @click.pass_context
 def init_db(ctx: click.Context) -> None:
     """Create or upgrade the schema (also done on every start); same as ``db upgrade``."""
-    from queuelog.server.store.engine import start_upgrade_deferred
     # As for `db upgrade`: loading the app must not upgrade first, or a new database
     # would be reported "already at" the head that this very command created.
-    ctx.with_resource(start_upgrade_deferred())
+    ctx.with_resource(actions.upgrade_deferred())
     _init_db_in_app()
 
 
@@ -83,10 +81,9 @@ def _init_db_in_app() -> None:
 @server.group("db", cls=AppGroup)
 def db() -> None:
     """Schema revisions (Alembic): upgrade to the newest, or show the current one."""
-    from queuelog.server.store.engine import start_upgrade_deferred
     # Load the app (when the subcommand does) without the start-up upgrade: `db current`
     # shows the revision as found, and `db upgrade` reports what it did.
-    click.get_current_context().with_resource(start_upgrade_deferred())
+    click.get_current_context().with_resource(actions.upgrade_deferred())
 
 
 @db.command("upgrade")
@@ -98,15 +95,13 @@ def db_upgrade() -> None:
 @db.command("current")
 def db_current() -> None:
     """Print the database's schema revision."""
-    from queuelog.server.store import migrate
-    revision, newest = migrate.current(get_store().engine), migrate.head()
+    revision, newest = actions.schema_revision(actions.CLI)
     shown = revision or "none (an empty database, or one made before revisions)"
     click.echo(f"{shown} (head)" if revision == newest else f"{shown} (head is {newest})")
 
 
 def _upgrade() -> None:
-    from queuelog.server.store import migrate
-    before, after = migrate.upgrade(get_store().engine)
+    before, after = actions.upgrade_schema(actions.CLI)
     if before == after:
         click.echo(f"The database is ready: already at {after} (the newest revision).")
     else:
@@ -152,8 +147,8 @@ def keys_create(name: str, role: str, types: str | None, max_priority: str) -> N
 @keys.command("list")
 def keys_list() -> None:
     """List keys without their secrets."""
-    rows = get_store().accounts.list_keys()
-    people = {u.username for u in get_store().accounts.list_users()}
+    rows = actions.list_keys(actions.CLI)
+    people = {u.username for u in actions.list_users(actions.CLI)}
     click.echo(f"{'NAME':<24} {'ROLE':<9} {'TYPES':<20} {'MAX PRIORITY':<13} "
                f"{'CREATED':<28} STATUS")
     for k in rows:
@@ -205,7 +200,7 @@ def users_create(username: str, role: str, password_stdin: bool) -> None:
 def users_list() -> None:
     """List the people who may sign in, without their passwords."""
     click.echo(f"{'USERNAME':<24} ROLE")
-    for user in get_store().accounts.list_users():
+    for user in actions.list_users(actions.CLI):
         click.echo(f"{user.username:<24} {user.role}")
 
 
@@ -223,8 +218,7 @@ def users_delete(username: str) -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 def users_set_password(username: str, password_stdin: bool) -> None:
     """Give USERNAME a new password; the old one stops within AUTH_CACHE_SECONDS."""
-    accounts = get_store().accounts
-    if accounts.user(username) is None:
+    if not actions.user_exists(actions.CLI, username):
         raise click.ClickException(f"No user named {username!r}.")
     if not actions.set_password(actions.CLI, username,
                                 hash_password(_read_password(password_stdin))):
@@ -272,7 +266,7 @@ def purge(older_than: str | None, statuses: tuple[str, ...],
         seconds = parse_duration(older_than)
         chosen = [Status(s) for s in statuses] or list(FINISHED)
         if dry_run:
-            count = get_store().count_purgeable(seconds * 1_000_000, chosen)
+            count = actions.count_purgeable(actions.CLI, seconds, chosen)
             click.echo(f"Would delete {count} job(s); nothing deleted (--dry-run).")
         else:
             deleted = actions.purge(actions.CLI, seconds, chosen)
@@ -291,7 +285,7 @@ def purge(older_than: str | None, statuses: tuple[str, ...],
 @with_appcontext
 def audit(limit: int) -> None:
     """Show the newest audit events: who changed what, newest first."""
-    events, _ = actions.audit_events(None, limit=limit)
+    events, _ = actions.audit_events(actions.CLI, limit=limit)
     click.echo(f"{'AT':<28} {'ACTOR':<20} {'ACTION':<14} {'TARGET':<20} DETAIL")
     for e in events:
         detail = json.dumps(e.detail, separators=(",", ":"), sort_keys=True) if e.detail else ""
@@ -308,10 +302,10 @@ def schedules_command() -> None:
     if not defined:
         click.echo("No schedules are configured (SCHEDULES).")
         return
-    now = get_store().clock()
+    now = actions.now()
     click.echo(f"{'NAME':<20} {'CRON':<16} {'TIMEZONE':<16} {'TYPE':<10} {'STATE':<7} "
                f"{'NEXT RUN':<28} {'LAST RUN':<28} LAST JOB")
-    for state in actions.schedule_states(list(defined)):
+    for state in actions.schedule_states(actions.CLI, list(defined)):
         s = defined[state.name]
         last = "-" if state.last_job is None else \
             f"#{state.last_job[0]} {state.last_job[1].value}"
@@ -326,11 +320,10 @@ def schedules_command() -> None:
 @with_appcontext
 def backup(path: str) -> None:
     """Copy the live SQLite database to PATH (consistent while the server runs; mode 0600)."""
-    from queuelog.server.store.backup import BackupRefused, backup_sqlite
     try:
-        done = backup_sqlite(get_store().engine, path)
-    except BackupRefused as exc:
-        raise click.ClickException(str(exc)) from None
+        done = actions.backup(actions.CLI, path)
+    except Conflict as exc:
+        raise click.ClickException(exc.detail) from None
     click.echo(f"Backed up {done.jobs} job(s) to {done.path} ({done.bytes:,} bytes).")
 
 

@@ -98,7 +98,8 @@ class Ticker:
         with self.app.app_context():
             for name, schedule in self.schedules.items():
                 for tick in self._due(name, schedule, now):
-                    job = actions.schedule_tick(name, tick, schedule.new_job())
+                    job = actions.schedule_tick(actions.system(f"schedule:{name}"), name, tick,
+                                                    schedule.new_job())
                     if job is not None:
                         made.append(job)
                 self._seen[name] = now  # only once its ticks are written: a failure retries

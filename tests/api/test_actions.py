@@ -1,6 +1,8 @@
 """The service layer: one rule in one place, for the API, the dashboard and the command line."""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 from typing import Any
 
@@ -127,17 +129,35 @@ def test_enqueue_holds_a_producer_to_its_key(ctx: Any, store: Store) -> None:
     assert created and job.producer == "ada"
 
 
-def test_the_idempotency_hash_is_the_actions(ctx: Any, store: Store) -> None:
-    """Key order and 5 vs 5.0 make no other request; another payload does (422)."""
-    first, created = actions.enqueue(PRODUCER, NewJob(
-        "x", "email", '{"a":1,"b":2}', 0, 0, delay_seconds=5, idempotency_key="k"))
-    again, replayed = actions.enqueue(PRODUCER, NewJob(
-        "x", "email", '{"b":2,"a":1}', 0, 0, delay_seconds=5.0, idempotency_key="k"))
-    assert created and not replayed and again.id == first.id
-    with pytest.raises(IdempotencyMismatch):
-        actions.enqueue(PRODUCER, NewJob("x", "email", '{"a":2}', 0, 0, idempotency_key="k"))
-    plain, _ = actions.enqueue(PRODUCER, NewJob("x", "email", "{}", 0, 0))
-    assert plain.id != first.id
+BASE = NewJob("x", "email", '{"a":1,"b":2}', 0, 0, delay_seconds=5, idempotency_key="k")
+
+
+@pytest.mark.parametrize("change, same", [
+    ({"payload_json": '{"b":2,"a":1}'}, True),   # key order: the same payload
+    ({"delay_seconds": 5.0}, True),               # 5 and 5.0: one number
+    ({"producer": "y"}, True),                    # the producer is always the caller
+    ({"payload_json": '{"a":1,"b":3}'}, False),
+    ({"type": "pdf"}, False),
+    ({"priority": 10}, False),
+    ({"max_retries": 1}, False),
+    ({"delay_seconds": 6}, False),
+    ({"run_at": 1_700_000_000_000_000}, False),
+], ids=lambda v: "-".join(map(str, v)) if isinstance(v, dict) else str(v))
+def test_the_idempotency_hash_is_the_actions(ctx: Any, store: Store, change: dict[str, Any],
+                                             same: bool) -> None:
+    """One field changed from the first request: a replay, or another request (422)."""
+    first, created = actions.enqueue(PRODUCER, BASE)
+    assert created
+    again = dataclasses.replace(BASE, **change)
+    if same:
+        replay, made = actions.enqueue(PRODUCER, again)
+        assert not made and replay.id == first.id
+    else:
+        with pytest.raises(IdempotencyMismatch):
+            actions.enqueue(PRODUCER, again)
+    assert [j.id for j in store.list_jobs().jobs] == [first.id]
+    plain, _ = actions.enqueue(PRODUCER, dataclasses.replace(again, idempotency_key=None))
+    assert plain.id != first.id  # without a key, never a replay
 
 
 # -- the claim: the key's types, and the revoked-key re-check ------------------------------
@@ -217,3 +237,60 @@ def test_the_fail_routes_sanitize_no_stale_item(client: Any, store: Store, produ
     refused = client.post(f"/jobs/{job_id}/fail", json={"attempt": 1, "error": "late"},
                           headers=worker)
     assert refused.status_code == 409 and seen == ["token=abc"]
+
+
+# -- the gate: every action refuses a caller of the wrong role itself ----------------------
+ROLES = ("producer", "worker", "viewer", "admin", "metrics", actions.SYSTEM)
+BOARD = {"viewer", "admin", "metrics"}
+# Every action, and exactly the roles that may call it (the contract's "Who is who"; the
+# command line and the ticker act as the system).
+MAY = {
+    "enqueue": {"producer", "admin"}, "enqueue_many": {"producer", "admin"},
+    "cancel": {"producer", "admin"}, "bulk_cancel": {"producer", "admin"},
+    "retry": {"admin"}, "bulk_retry": {"admin"},
+    "purge": {"system"}, "count_purgeable": {"system"},
+    "claim": {"worker"}, "heartbeat": {"worker"}, "complete": {"worker"},
+    "complete_many": {"worker"}, "fail": {"worker"}, "fail_many": {"worker"},
+    "get_job": {"producer", "worker", "viewer", "admin"},
+    "list_jobs": {"producer", "worker", "viewer", "admin"},
+    "dashboard": {"viewer", "admin"}, "dashboard_job": {"viewer", "admin"},
+    "dashboard_jobs": {"viewer", "admin"}, "overview": {"viewer", "admin"},
+    "count_matching": {"admin"},
+    "workers": BOARD, "job_types": BOARD, "schedule_states": BOARD | {"system"},
+    "set_paused": {"admin"}, "set_limits": {"admin"}, "reset_limits": {"admin"},
+    "set_schedule_paused": {"admin"}, "run_schedule": {"admin"},
+    "schedule_tick": {"system"},
+    "audit_events": {"admin", "system"}, "purge_audit": {"system"},
+    "create_key": {"system"}, "revoke_key": {"system"}, "list_keys": {"system"},
+    "create_user": {"system"}, "delete_user": {"system"}, "set_password": {"system"},
+    "list_users": {"system"}, "user_exists": {"system"},
+    "schema_revision": {"system"}, "upgrade_schema": {"system"}, "backup": {"system"},
+    "scrape": {"admin", "metrics"},
+    "api_document": {"producer", "worker", "viewer", "admin", "metrics"},
+}
+# Not verbs: pure rules and helpers that act for no caller (the clock, the health probe).
+NOT_GATED = {"visible", "sees_errors", "sees_key", "request_hash", "scope_of", "now", "ping",
+             "upgrade_deferred", "gate", "roles_of", "system"}
+
+
+def _functions() -> set[str]:
+    """Every public function the actions package exports."""
+    return {n for n in actions.__all__ if inspect.isfunction(getattr(actions, n))}
+
+
+def test_every_action_is_in_the_table() -> None:
+    """A new action must say who may call it (here and with ``gate``), or why no one needs to."""
+    assert _functions() == set(MAY) | NOT_GATED
+    assert {n for n in _functions() if actions.roles_of(getattr(actions, n))} == set(MAY)
+
+
+@pytest.mark.parametrize("name", sorted(MAY))
+def test_an_action_refuses_every_other_role_itself(name: str) -> None:
+    """Called directly, past every view, with each other role: Forbidden, before any work
+    (no app, no store, no arguments needed to be refused)."""
+    action = getattr(actions, name)
+    assert actions.roles_of(action) == MAY[name]
+    for role in ROLES:
+        if role not in MAY[name]:
+            with pytest.raises(Forbidden):
+                action(Principal("caller", role, "key"))

@@ -207,3 +207,20 @@ def test_replay_treats_delay_zero_as_omitted_and_equal_numbers_as_equal(client, 
     other = client.post("/jobs", json={"type": "email", "delay_seconds": 6,
                                        "idempotency_key": "later"}, headers=producer)
     assert other.status_code == 422 and other.json["type"].endswith("idempotency-key-mismatch")
+
+
+@pytest.mark.parametrize("key", ["k", "a b", "a" * 255, "a" * 256, "é", "k~!"],
+                         ids=["one", "inner-blank", "max", "over", "not-ascii", "symbols"])
+def test_the_key_rule_is_one_for_the_body_the_header_and_the_document(client, producer, key):
+    """bodies.IDEMPOTENCY_KEY decides the field, the header and the published header pattern
+    alike: a key taken in one place is taken in all three."""
+    from queuelog.server.requests.openapi import KEY_HEADER
+    as_field = client.post("/jobs", json={"type": "email", "idempotency_key": key},
+                           headers=producer)
+    as_header = client.post("/jobs", json={"type": "email"},
+                            headers={**producer, "Idempotency-Key": key})
+    taken = as_field.status_code in (200, 201)
+    assert as_field.status_code in (200, 201, 422) and as_header.status_code in (200, 201, 422)
+    assert (as_header.status_code in (200, 201)) == taken, (as_field.json, as_header.json)
+    assert (re.fullmatch(KEY_HEADER, key) is not None) == taken
+    assert taken == (1 <= len(key) <= 255 and key.isascii())

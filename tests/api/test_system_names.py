@@ -15,7 +15,7 @@ SYSTEM = ["cli", "retention", "schedule:nightly", "CLI", " Retention ", "Schedul
 
 
 def test_the_actors_the_system_uses_are_system_names() -> None:
-    assert is_system_name(actions.CLI) and is_system_name("retention")  # retention.py's actor
+    assert is_system_name(actions.CLI.name) and is_system_name("retention")  # retention.py's actor
     assert is_system_name("schedule:nightly")
     assert not is_system_name("client") and not is_system_name("my-retention")
 

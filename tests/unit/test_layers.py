@@ -184,3 +184,104 @@ def test_walker_sees_lazy_relative_and_type_checking_imports(tmp_path: pathlib.P
     assert find_cycle(graph(found)) == ["queuelog.cli", "queuelog.model.jobs", "queuelog.cli"]
     assert [str(e) for e in upward(found)] == [
         "queuelog.model.jobs (line 4) imports queuelog.cli"]
+
+
+# -- ranks: every server module has one, and imports point to a lower rank ----------------
+# Ranks, top to bottom (DESIGN.md's layers); each holds rooms, a module or a package by
+# prefix; "queuelog.server" itself is the package's __init__ alone (create_app). An import
+# points to its own rank or a lower one (RULES above keep api/ and ui/ apart within theirs).
+# A new module must be placed here.
+RANKS: list[tuple[str, ...]] = [
+    (SERVER, f"{SERVER}.app", f"{SERVER}.gunicorn_hooks", f"{SERVER}.commands"),  # the app
+    (API, UI),                                   # views: parse, call actions, serialize
+    (f"{SERVER}.schedules",),                    # the ticker: a caller of actions
+    (ACTIONS,),                                  # THE gate
+    (f"{SERVER}.auth", f"{SERVER}.retention", f"{SERVER}.metrics", f"{SERVER}.longpoll",
+     f"{SERVER}.wakeups", f"{SERVER}.instance"),
+    (f"{SERVER}.throttle", f"{SERVER}.errors", f"{SERVER}.config", f"{SERVER}.sanitize",
+     f"{SERVER}.jsonout"),
+    (STORE, f"{SERVER}.migrations"),
+    (f"{SERVER}.requests", f"{SERVER}.cron"),
+]
+
+
+def room_of(module: str) -> tuple[int, str] | None:
+    """The rank (0: top) and room of a server module, by its longest listed prefix."""
+    best: tuple[int, str] | None = None
+    for rank, rooms in enumerate(RANKS):
+        for room in rooms:
+            fits = module == room if room == SERVER else within(module, [room])
+            if fits and (best is None or len(room) > len(best[1])):
+                best = (rank, room)
+    return best
+
+
+def test_every_server_module_has_a_rank() -> None:
+    """A module DESIGN.md's layers do not place (the actions package's included) fails here."""
+    unranked = [m for m in modules(PACKAGE) if within(m, [SERVER]) and room_of(m) is None]
+    assert not unranked, f"server modules without a rank in RANKS: {unranked}"
+    assert all(room_of(m) == (3, ACTIONS) for m in modules(PACKAGE) if within(m, [ACTIONS]))
+
+
+def test_server_imports_point_down_the_ranks() -> None:
+    """A server module imports only its own rank's modules or a lower rank's."""
+    wrong = []
+    for e in edges():
+        here, there = room_of(e.importer), room_of(e.imported)
+        if here is not None and there is not None and there[0] < here[0]:
+            wrong.append(str(e))
+    assert not wrong, "import up the ranks:\n  " + "\n  ".join(wrong)
+
+
+# -- the views and commands reach the store only through actions ---------------------------
+GATED = (API, UI, f"{SERVER}.commands")
+
+
+def store_reaches(root: pathlib.Path = PACKAGE) -> list[str]:
+    """Where a view or command touches the store itself: ``get_store``, the app's
+    ``queuelog.store`` extension, or a store module below the package (engine, migrate...).
+    Importing the store package's data types (NewJob, ScheduleState) is no access."""
+    mods = modules(root)
+    found = []
+    for name, path in mods.items():
+        if not within(name, GATED):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            line = getattr(node, "lineno", 0)
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                below = [t for t in targets(mods, name, node)
+                         if within(t, [STORE]) and t != STORE]
+                found += [f"{name} (line {line}) imports {t}" for t in below]
+            touched = (node.id if isinstance(node, ast.Name) else
+                       node.attr if isinstance(node, ast.Attribute) else
+                       node.name if isinstance(node, ast.alias) else
+                       node.value if isinstance(node, ast.Constant) else None)
+            if touched in ("get_store", "queuelog.store"):
+                found.append(f"{name} (line {line}) uses {touched}")
+    return found
+
+
+def test_views_and_commands_reach_the_store_only_through_actions() -> None:
+    """Every read and write of api/, ui/ and commands.py goes through an action (DESIGN.md)."""
+    reaches = store_reaches()
+    assert not reaches, "store reached past the actions:\n  " + "\n  ".join(reaches)
+
+
+def test_the_store_check_sees_calls_imports_and_the_extension(tmp_path: pathlib.Path) -> None:
+    """The check finds get_store (called or imported), a store submodule, the extension."""
+    server = tmp_path / "queuelog" / "server"
+    (server / "store").mkdir(parents=True)
+    (server / "api").mkdir()
+    for init in (tmp_path / "queuelog", server, server / "store", server / "api"):
+        (init / "__init__.py").write_text("")
+    (server / "store" / "engine.py").write_text("")
+    (server / "api" / "v.py").write_text(
+        "from queuelog.server.store import NewJob, get_store\n"
+        "from queuelog.server.store import engine\n"
+        "def f(app):\n    return app.extensions['queuelog.store'], get_store().clock()\n")
+    (server / "commands.py").write_text("from queuelog.server.store import NewJob\n")
+    assert sorted(store_reaches(tmp_path / "queuelog")) == [
+        "queuelog.server.api.v (line 1) uses get_store",
+        "queuelog.server.api.v (line 2) imports queuelog.server.store.engine",
+        "queuelog.server.api.v (line 4) uses get_store",
+        "queuelog.server.api.v (line 4) uses queuelog.store"]

@@ -16,7 +16,7 @@ bp = Blueprint("admin", __name__)
 
 
 @bp.post("/jobs/<job_id:job_id>/retry")
-@require("admin", write=True)
+@require(actions.retry, write=True)
 def retry(job_id: int) -> Any:
     """Failed or cancelled back to pending, with fresh retries; history kept."""
     body("Empty")  # unknown fields are a 422, as everywhere
@@ -24,7 +24,7 @@ def retry(job_id: int) -> Any:
 
 
 @bp.post("/jobs/retry")
-@require("admin", write=True)
+@require(actions.bulk_retry, write=True)
 def bulk_retry() -> Any:
     """Retry every failed or cancelled job named by ``ids`` or matched by ``filter``."""
     ids, match = _bulk("BulkRetry")
@@ -35,7 +35,7 @@ def bulk_retry() -> Any:
 
 
 @bp.post("/jobs/cancel")
-@require("producer", "admin", write=True)
+@require(actions.bulk_cancel, write=True)
 def bulk_cancel() -> Any:
     """Cancel every pending job named or matched (a producer: only its own)."""
     ids, match = _bulk("BulkCancel")

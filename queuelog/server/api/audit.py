@@ -22,7 +22,7 @@ def event_json(e: Event) -> dict[str, Any]:
 
 
 @bp.get("/audit")
-@require("admin")
+@require(actions.audit_events)
 def list_events() -> Any:
     """A newest-first page of audit events; filters ``action``, ``actor``; a cursor."""
     q = query("AuditQuery")

@@ -10,7 +10,8 @@ from queuelog.server.auth import Principal, current_user, require
 from queuelog.model.problems import ValidationFailed
 from queuelog.model.jobs import Priority
 from queuelog.server.store import NewJob
-from queuelog.server.requests.check import FieldErrors, body, field_errors, given
+from queuelog.server.requests.bodies import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
+from queuelog.server.requests.check import FieldErrors, body, declared, field_errors, given
 from queuelog.server.requests.parse import compact, idempotency_header, timestamp_us
 from queuelog.server.api.serialize import job_json
 
@@ -19,7 +20,7 @@ bp = Blueprint("producer", __name__)
 
 
 @bp.post("/jobs")
-@require("producer", "admin", write=True)
+@require(actions.enqueue, write=True)
 def enqueue() -> Any:
     """Enqueue a job (201), or replay an idempotent request (200)."""
     errors = FieldErrors()
@@ -43,7 +44,7 @@ def enqueue() -> Any:
 
 
 @bp.post("/jobs/batch")
-@require("producer", "admin", write=True)
+@require(actions.enqueue_many, write=True)
 def enqueue_batch() -> Any:
     """Enqueue many jobs in one transaction, all or nothing (201; 200 if all replayed)."""
     errors = FieldErrors()
@@ -74,7 +75,7 @@ def enqueue_batch() -> Any:
 
 
 @bp.post("/jobs/<job_id:job_id>/cancel")
-@require("producer", "admin", write=True)
+@require(actions.cancel, write=True)
 def cancel(job_id: int) -> Any:
     """Cancel a pending job: a producer its own, an admin any."""
     body("Empty")  # a body, if sent, must be a JSON object with no fields
@@ -122,9 +123,7 @@ def _header_key(errors: FieldErrors) -> str | None:
     except ValidationFailed as exc:
         errors.extend(exc.errors or [])
         return None
-    if header is not None and (not 1 <= len(header) <= 255
-                               or not all(" " <= c <= "~" for c in header)):
-        errors.append({"field": "Idempotency-Key",
-                       "detail": "Must be 1 to 255 printable ASCII characters."})
+    if header is not None and not declared(IDEMPOTENCY_KEY).passes(header):
+        errors.append({"field": "Idempotency-Key", "detail": IDEMPOTENCY_KEY_RULE})
         return None
     return header

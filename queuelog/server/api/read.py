@@ -3,13 +3,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, current_app, request
+from flask import Blueprint, request
 
 from queuelog.server import actions
-from queuelog.server.auth import READERS, current_user, require
+from queuelog.server.auth import current_user, require
 from queuelog.server.errors import unavailable
 from queuelog.model.jobs import Priority, Status
-from queuelog.server.db import get_store
 from queuelog.server.requests.check import query
 from queuelog.server.requests.parse import decode_cursor, encode_cursor
 from queuelog.server.api.serialize import job_json
@@ -18,7 +17,7 @@ bp = Blueprint("read", __name__)
 
 
 @bp.get("/jobs")
-@require(*READERS)
+@require(actions.list_jobs)
 def list_jobs() -> Any:
     """A newest-first page of the jobs the caller may see, with a keyset cursor."""
     q = query("JobListQuery")
@@ -34,7 +33,7 @@ def list_jobs() -> Any:
 
 
 @bp.get("/jobs/<job_id:job_id>")
-@require(*READERS)
+@require(actions.get_job)
 def get_job(job_id: int) -> Any:
     """One job with its attempt history (404 when not visible to the caller)."""
     return job_json(actions.get_job(current_user(), job_id))
@@ -44,7 +43,7 @@ def get_job(job_id: int) -> Any:
 def healthz() -> Any:
     """Liveness and database reachability; the one endpoint without credentials."""
     try:
-        get_store().ping()
+        actions.ping()
     except Exception as exc:  # any driver error means "not healthy", never a 500
         # One log line per incident (errors.unavailable), not a traceback per probe.
         return unavailable(exc, "The database does not answer.")
@@ -52,19 +51,15 @@ def healthz() -> Any:
 
 
 @bp.get("/metrics")
-@require("admin", "metrics")
+@require(actions.scrape)
 def metrics() -> Any:
     """Prometheus exposition: gauges read from the database now, counters, latencies."""
-    from queuelog.server.metrics import exposition
-    body, content_type = exposition(get_store(), list(current_app.config["JOB_TYPES"]),
-                                    request.headers.get("Accept"),
-                                    list(current_app.config["SCHEDULES"]))
+    body, content_type = actions.scrape(current_user(), request.headers.get("Accept"))
     return body, 200, {"Content-Type": content_type}
 
 
 @bp.get("/openapi.json")
-@require(*READERS, "metrics")
+@require(actions.api_document)
 def openapi() -> Any:
     """The OpenAPI 3.1 document of this API."""
-    from queuelog.server.requests.openapi import document
-    return document(current_app.config)
+    return actions.api_document(current_user())

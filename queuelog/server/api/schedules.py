@@ -11,7 +11,6 @@ from queuelog.server.api.serialize import job_json
 from queuelog.server.auth import current_user, require
 from queuelog.server.requests.check import body
 from queuelog.server.schedules import Schedule
-from queuelog.server.db import get_store
 from queuelog.server.store import ScheduleState
 
 bp = Blueprint("schedules", __name__)
@@ -27,27 +26,27 @@ def schedule_json(s: Schedule, state: ScheduleState, now: int) -> dict[str, Any]
 
 
 @bp.get("/schedules")
-@require("viewer", "admin", "metrics")
+@require(actions.schedule_states)
 def list_schedules() -> Any:
     """Every configured schedule: its cron, zone, type, pause, next and last run."""
     defined = schedules.defined()
-    now = get_store().clock()
-    return {"schedules": [schedule_json(defined[st.name], st, now)
-                          for st in actions.schedule_states(list(defined))]}
+    states = actions.schedule_states(current_user(), list(defined))
+    now = actions.now()
+    return {"schedules": [schedule_json(defined[st.name], st, now) for st in states]}
 
 
 @bp.post("/schedules/<name>/<any(pause, resume):verb>")
-@require("admin", write=True)
+@require(actions.set_schedule_paused, write=True)
 def pause_or_resume(name: str, verb: str) -> Any:
     """Skip this schedule's ticks while paused (kept in the database), or stop skipping."""
     body("Empty")
     defined = schedules.defined()
     state = actions.set_schedule_paused(current_user(), name, verb == "pause", list(defined))
-    return schedule_json(defined[name], state, get_store().clock())
+    return schedule_json(defined[name], state, actions.now())
 
 
 @bp.post("/schedules/<name>/run")
-@require("admin", write=True)
+@require(actions.run_schedule, write=True)
 def run(name: str) -> Any:
     """Enqueue one job of this schedule now, outside its ticks (201 with the job)."""
     body("Empty")

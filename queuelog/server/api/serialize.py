@@ -9,9 +9,7 @@ from queuelog.server.auth import Principal, current_user
 
 
 def job_json(job: Job, who: Principal | None = None) -> dict[str, Any]:
-    """``job`` as ``who`` (default: the caller) may see it: error text for admins only
-    (V-10), the idempotency key for its producer and admins."""
+    """``job`` as ``who`` (default: the caller) may see it: what it shows is the actions'
+    rule (error text: ``actions.sees_errors``, V-10; the idempotency key: ``sees_key``)."""
     who = who if who is not None else current_user()
-    return actions.visible(job, who).to_dict(
-        show_error=who.is_admin,
-        show_key=who.is_admin or (who.role == "producer" and job.producer == who.name))
+    return job.to_dict(show_error=actions.sees_errors(who), show_key=actions.sees_key(job, who))

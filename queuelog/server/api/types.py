@@ -33,30 +33,30 @@ def type_json(t: TypeSummary) -> dict[str, Any]:
 
 
 @bp.get("/types")
-@require("viewer", "admin", "metrics")
+@require(actions.job_types)
 def list_types() -> Any:
     """Every configured type: paused or not, capped counts, queue age, last hour."""
     config = current_app.config
-    return {"types": [type_json(t) for t in actions.job_types(list(config["JOB_TYPES"]),
+    return {"types": [type_json(t) for t in actions.job_types(current_user(), list(config["JOB_TYPES"]),
                                                               config["COUNT_CAP"])]}
 
 
 @bp.post("/types/<job_type>/pause")
-@require("admin", write=True)
+@require(actions.set_paused, write=True)
 def pause(job_type: str) -> Any:
     """Stop claims of this type (enqueues go on); held in the database."""
     return _set(job_type, True)
 
 
 @bp.post("/types/<job_type>/resume")
-@require("admin", write=True)
+@require(actions.set_paused, write=True)
 def resume(job_type: str) -> Any:
     """Let claims of this type go on."""
     return _set(job_type, False)
 
 
 @bp.put("/types/<job_type>/limits")
-@require("admin", write=True)
+@require(actions.set_limits, write=True)
 def put_limits(job_type: str) -> Any:
     """Change the type's concurrency, rate or burst (a field left out keeps its value)."""
     data = body("TypeLimits")
@@ -66,7 +66,7 @@ def put_limits(job_type: str) -> Any:
 
 
 @bp.delete("/types/<job_type>/limits")
-@require("admin", write=True)
+@require(actions.reset_limits, write=True)
 def delete_limits(job_type: str) -> Any:
     """The type's limits back to the configured ones."""
     body("Empty")

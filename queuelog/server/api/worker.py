@@ -24,7 +24,7 @@ JOB_ID = "<job_id:job_id>"
 
 
 @bp.post("/jobs/claim")
-@require("worker", write=True)
+@require(actions.claim, write=True)
 def claim() -> Any:
     """Claim the best due job (200, or 204 when none is due by ``wait``); with
     ``max_jobs``, up to that many, as ``{"jobs": [...]}`` (maybe empty)."""
@@ -45,7 +45,7 @@ def claim() -> Any:
 
 
 @bp.post(f"/jobs/{JOB_ID}/heartbeat")
-@require("worker", write=True)
+@require(actions.heartbeat, write=True)
 def heartbeat(job_id: int) -> Any:
     """Extend the lease of a job the caller holds."""
     data = body("HeartbeatRequest")
@@ -54,7 +54,7 @@ def heartbeat(job_id: int) -> Any:
 
 
 @bp.post(f"/jobs/{JOB_ID}/complete")
-@require("worker", write=True)
+@require(actions.complete, write=True)
 def complete(job_id: int) -> Any:
     """Complete a held job, with an optional result object."""
     errors = FieldErrors()
@@ -65,7 +65,7 @@ def complete(job_id: int) -> Any:
 
 
 @bp.post(f"/jobs/{JOB_ID}/fail")
-@require("worker", write=True)
+@require(actions.fail, write=True)
 def fail(job_id: int) -> Any:
     """Fail a held attempt: retried after backoff, or failed for good."""
     data = body("FailRequest")
@@ -77,7 +77,7 @@ def fail(job_id: int) -> Any:
 
 
 @bp.post("/jobs/complete")
-@require("worker", write=True)
+@require(actions.complete_many, write=True)
 def complete_batch() -> Any:
     """Complete many held jobs in one transaction; each item fenced and answered on its own."""
     errors = FieldErrors()
@@ -91,7 +91,7 @@ def complete_batch() -> Any:
 
 
 @bp.post("/jobs/fail")
-@require("worker", write=True)
+@require(actions.fail_many, write=True)
 def fail_batch() -> Any:
     """Fail many held attempts in one transaction; each item fenced and answered on its own."""
     errors = FieldErrors()

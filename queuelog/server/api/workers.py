@@ -7,7 +7,7 @@ from flask import Blueprint
 
 from queuelog.model.jobs import isoformat
 from queuelog.server import actions
-from queuelog.server.auth import require
+from queuelog.server.auth import current_user, require
 from queuelog.server.store import WorkerSummary
 
 bp = Blueprint("workers", __name__)
@@ -26,7 +26,7 @@ def worker_json(w: WorkerSummary) -> dict[str, Any]:
 
 
 @bp.get("/workers")
-@require("viewer", "admin", "metrics")
+@require(actions.workers)
 def list_workers() -> Any:
     """Every worker key that holds a job or claimed in the last 24 hours."""
-    return {"workers": [worker_json(w) for w in actions.workers()]}
+    return {"workers": [worker_json(w) for w in actions.workers(current_user())]}

@@ -61,6 +61,12 @@ NO_NUL = "^[^\\u0000]*$"
 # 1970 to 9998 (validation.YEARS). The parser, not this pattern, checks requests (it says
 # which part is wrong); the document publishes the pattern; tests/test_schemas.py checks
 # that the two agree.
+# An idempotency key, declared once: the body's field, the Idempotency-Key header once
+# unquoted (api/producer.py checks it against this) and the header's published pattern
+# (openapi.KEY_HEADER, built from maxLength) all follow it.
+IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": PRINTABLE_ASCII}
+IDEMPOTENCY_KEY_RULE = (f"Must be {IDEMPOTENCY_KEY['minLength']} to "
+                        f"{IDEMPOTENCY_KEY['maxLength']} printable ASCII characters.")
 RUN_AT = (r"^(?:19[7-9]\d|[2-8]\d{3}|9[0-8]\d{2}|99[0-8]\d|999[0-8])"
           r"-\d{2}-\d{2}T\d{2}:\d{2}:[0-5]\d(?:\.\d+)?(?:Z|[+-]\d{2}:\d{2})$")
 
@@ -140,8 +146,7 @@ def new_job(config: Mapping[str, Any]) -> JSON:
                              "pattern": RUN_AT, "description":
                              "With a time zone. A time in the past means now."}),
         "delay_seconds": _optional(_num(0, MAX_DELAY_SECONDS)),
-        "idempotency_key": _optional({"type": "string", "minLength": 1, "maxLength": 255,
-                                      "pattern": PRINTABLE_ASCII}),
+        "idempotency_key": _optional(dict(IDEMPOTENCY_KEY)),
     }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"], "properties": {
         # Both given (not null, which is "left out") is refused.
         "run_at": {"type": "string"}, "delay_seconds": {"type": "number"}}}})

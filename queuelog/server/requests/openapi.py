@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from queuelog.model.jobs import Outcome, Status
-from queuelog.server.requests.bodies import MAX_JOB_ID, PRIORITIES, bodies, queries
+from queuelog.server.requests.bodies import (IDEMPOTENCY_KEY, MAX_JOB_ID, PRIORITIES, bodies,
+                                             queries)
 from queuelog.server.requests.openapi_text import (
     BATCH,
     ERRORS,
@@ -25,9 +26,13 @@ from queuelog.server.requests.openapi_text import links as _links
 
 TIMESTAMP = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$"
 # The Idempotency-Key header: a bare key, or a structured-field string ("k-1", with \" and
-# \\ escapes; the parser takes a bare " inside too); 1 to 255 printable ASCII once unquoted.
-KEY_HEADER = (r'^[ \t]*(?:[!#-~](?:[ -~]{0,253}[!-~])?|"(?:[ -~]{0,253}[!#-~])?'
-              r'|"(?:[ -\[\]-~]|\\["\\]){1,255}")[ \t]*$')
+# \\ escapes; the parser takes a bare " inside too); once unquoted, a key as
+# bodies.IDEMPOTENCY_KEY declares it (printable ASCII, at least one character, at most
+# maxLength; a bare key's first and last characters are not blanks the header would lose).
+_KEY_MAX = IDEMPOTENCY_KEY["maxLength"]
+KEY_HEADER = (rf'^[ \t]*(?:[!#-~](?:[ -~]{{0,{_KEY_MAX - 2}}}[!-~])?'
+              rf'|"(?:[ -~]{{0,{_KEY_MAX - 2}}}[!#-~])?'
+              rf'|"(?:[ -\[\]-~]|\\["\\]){{1,{_KEY_MAX}}}")[ \t]*$')
 PROBLEM = "application/problem+json"
 BEARER: list[dict[str, list[str]]] = [{"bearer": []}]
 ANY_AUTH: list[dict[str, list[str]]] = [{"bearer": []}, {"basic": []}]

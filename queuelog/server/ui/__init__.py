@@ -14,6 +14,7 @@ from flask import Blueprint, Flask, Request, current_app, redirect, request, url
 from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
 
+from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.server.ui import audit, bulk, helpers, queue, schedules, signout, types, workers
 from queuelog.server.ui.helpers import csrf, error_page
@@ -74,7 +75,7 @@ def _csrf_failed(exc: CSRFError) -> Any:
                       "dashboard, so nothing was changed. Reload the page and try again.")
 
 
-@require("viewer", "admin")
+@require(actions.dashboard)
 def _root() -> Any:
     # Behind sign-in like every endpoint but /healthz (V-01); a browser asks, then follows.
     return redirect(url_for("ui.queue.index"))

@@ -14,7 +14,7 @@ bp = Blueprint("audit", __name__)
 
 
 @bp.get("/audit")
-@require("admin")
+@require(actions.dashboard, actions.audit_events)
 def audit() -> Any:
     """Admin: the audit log, newest first, one page at a time."""
     try:

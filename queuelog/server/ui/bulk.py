@@ -13,7 +13,6 @@ from flask import Blueprint, flash, redirect, render_template, request, url_for
 from queuelog.model.jobs import Status
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
-from queuelog.server.db import get_store
 from queuelog.server.ui.filters import BadFilter, parse_filters, prio_value
 from queuelog.server.ui.helpers import check_form, error_page
 
@@ -23,21 +22,21 @@ BULK = {"retry": ("failed", "cancelled"), "cancel": ("pending",)}
 
 
 @bp.get("/bulk/<any(retry, cancel):verb>")
-@require("admin")
+@require(actions.dashboard, actions.count_matching)
 def bulk_confirm(verb: str) -> Any:
     """Admin: how many jobs the filter matches now, and a form to act on all of them."""
     try:
         f = _bulk_filters(verb, request.args)
     except BadFilter as exc:
         return error_page(400, "Bad filter", str(exc))
-    n = get_store().count_matching(Status(f["status"]), type=f["type"],
-                                   priority=prio_value(f["priority"]))
+    n = actions.count_matching(current_user(), Status(f["status"]), type=f["type"],
+                               priority=prio_value(f["priority"]))
     return render_template("ui/bulk.html", verb=verb, count=n,
                            filters={k: v for k, v in f.items() if v})
 
 
 @bp.post("/bulk/<any(retry, cancel):verb>")
-@require("admin")
+@require(actions.dashboard, actions.bulk_retry, actions.bulk_cancel)
 def bulk(verb: str) -> Any:
     """Admin: retry or cancel every job the filter matches (in bounded transactions)."""
     check_form()

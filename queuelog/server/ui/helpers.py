@@ -9,8 +9,8 @@ from flask import Flask, render_template
 from flask_wtf.csrf import CSRFProtect
 
 from queuelog.model.jobs import Priority, isoformat, to_datetime
+from queuelog.server import actions
 from queuelog.server.auth import refuse_cross_site
-from queuelog.server.db import get_store
 
 csrf = CSRFProtect()
 HEADERS = {
@@ -73,7 +73,7 @@ def detail_value(key: str, value: Any) -> str:
 
 
 def _ago(us: int | None) -> str:
-    return "" if us is None else relative(us, get_store().clock())
+    return "" if us is None else relative(us, actions.now())
 
 
 def relative(us: int, now: int) -> str:

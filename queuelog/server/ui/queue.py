@@ -13,9 +13,8 @@ from flask import Blueprint, current_app, flash, redirect, render_template, requ
 from queuelog.model.jobs import Status
 from queuelog.model.problems import JobNotFound, WrongState
 from queuelog.server import actions
-from queuelog.server.auth import current_user, require
+from queuelog.server.auth import Principal, current_user, require
 from queuelog.server.requests.bodies import DASHBOARD_STATUSES, PRIORITIES, SCHEDULED
-from queuelog.server.db import get_store
 from queuelog.server.ui.charts import minute_chart
 from queuelog.server.ui.filters import PAGE_SIZE, BadFilter, parse_filters, prio_value, read
 from queuelog.server.ui.helpers import check_form, error_page
@@ -25,14 +24,14 @@ FILTERS = ("status", "type", "priority", "producer", "worker", "q")  # kept by p
 
 
 @bp.get("/")
-@require("viewer", "admin")
+@require(actions.dashboard, actions.dashboard_jobs, actions.overview)
 def index() -> Any:
     """The queue: counts, the last hour's chart, filters and one page of jobs."""
     try:
         f = parse_filters(request.args)
     except BadFilter as exc:
         return error_page(400, "Bad filter", str(exc))
-    store, who, config = get_store(), current_user(), current_app.config
+    who, config = current_user(), current_app.config
     status = f["status"]
     page = actions.dashboard_jobs(
         who, q=f["q"], status=None if status in (None, SCHEDULED) else Status(status),
@@ -40,17 +39,17 @@ def index() -> Any:
         producer=f["producer"], worker=f["worker"],
         limit=PAGE_SIZE, before=f["before"], after=f["after"])
     filters = {k: f[k] for k in FILTERS if f[k]}
+    head = actions.overview(who)
     types = sorted(set(config["JOB_TYPES"]) | ({f["type"]} if f["type"] else set()))
     return render_template(
         "ui/index.html", filters=filters, types=types, statuses=DASHBOARD_STATUSES,
-        priorities=PRIORITIES, counts=store.count_by_status(config["COUNT_CAP"]),
-        cap=config["COUNT_CAP"], chart=minute_chart(store.outcomes_per_minute(60)),
-        jobs=page.jobs, older=page.older, newer=page.newer,
-        now=store.clock(), bulk=_bulk_offer(f, who.is_admin))
+        priorities=PRIORITIES, counts=head.counts, cap=config["COUNT_CAP"],
+        chart=minute_chart(head.chart), jobs=page.jobs, older=page.older, newer=page.newer,
+        now=actions.dashboard(who), bulk=_bulk_offer(f, who))
 
 
 @bp.get("/jump")
-@require("viewer", "admin")
+@require(actions.dashboard)
 def jump() -> Any:
     """Go to the job whose id was typed into the search box."""
     try:
@@ -64,25 +63,25 @@ def jump() -> Any:
 
 
 @bp.get("/jobs/<job_id:job_id>")
-@require("viewer", "admin")
+@require(actions.dashboard, actions.dashboard_job)
 def job(job_id: int) -> Any:
     """One job: details, times, payload, result, history; error and buttons for admins."""
     try:
-        found = actions.visible(get_store().get(job_id), current_user())
+        found = actions.dashboard_job(current_user(), job_id)
     except JobNotFound:
         return error_page(404, "No such job", f"There is no job #{job_id}.")
-    return render_template("ui/job.html", job=found, now=get_store().clock())
+    return render_template("ui/job.html", job=found, now=actions.dashboard(current_user()))
 
 
 @bp.post("/jobs/<job_id:job_id>/retry")
-@require("admin")
+@require(actions.dashboard, actions.retry)
 def retry(job_id: int) -> Any:
     """Admin: put a failed or cancelled job back in the queue."""
     return _act(job_id, "retry")
 
 
 @bp.post("/jobs/<job_id:job_id>/cancel")
-@require("admin")
+@require(actions.dashboard, actions.cancel)
 def cancel(job_id: int) -> Any:
     """Admin: cancel a pending job."""
     return _act(job_id, "cancel")
@@ -105,15 +104,15 @@ def _act(job_id: int, action: str) -> Any:
     return redirect(url_for(".job", job_id=job_id), 303)
 
 
-def _bulk_offer(f: dict[str, Any], is_admin: bool) -> dict[str, Any] | None:
+def _bulk_offer(f: dict[str, Any], who: Principal) -> dict[str, Any] | None:
     """The bulk action the current filter allows an admin, with its (capped) count."""
     verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel"}.get(f["status"] or "")
     # Bulk verbs select by status, type and priority: never offer "all N" for a list that
     # a producer, worker or search narrowed, which would act on more jobs than it shows.
-    if not is_admin or verb is None or any(f[k] for k in ("producer", "worker", "q")):
+    if not who.is_admin or verb is None or any(f[k] for k in ("producer", "worker", "q")):
         return None
     cap = current_app.config["COUNT_CAP"]
-    n = get_store().count_matching(Status(f["status"]), type=f["type"],
-                                   priority=prio_value(f["priority"]), cap=cap)
+    n = actions.count_matching(who, Status(f["status"]), type=f["type"],
+                               priority=prio_value(f["priority"]), cap=cap)
     return {"verb": verb, "count": n, "cap": cap} if n else None
 

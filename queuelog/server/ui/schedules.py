@@ -13,20 +13,20 @@ from queuelog.model.jobs import to_datetime
 from queuelog.model.problems import JobNotFound
 from queuelog.server import actions, schedules
 from queuelog.server.auth import current_user, require
-from queuelog.server.db import get_store
 from queuelog.server.ui.helpers import check_form, error_page
 
 bp = Blueprint("schedules", __name__)
 
 
 @bp.get("/schedules")
-@require("viewer", "admin")
+@require(actions.dashboard, actions.schedule_states)
 def schedules_page() -> Any:
     """One row per schedule: cron, zone, type, state, next run (and how soon), last run."""
     defined = schedules.defined()
-    now = get_store().clock()
+    who = current_user()
+    now = actions.dashboard(who)
     rows = []
-    for state in actions.schedule_states(list(defined)):
+    for state in actions.schedule_states(who, list(defined)):
         s = defined[state.name]
         next_at = s.cron.next_after(now)
         local = None if next_at is None else to_datetime(next_at).astimezone(s.cron.zone)
@@ -37,7 +37,7 @@ def schedules_page() -> Any:
 
 
 @bp.post("/schedules/<name>/<any(pause, resume, run):verb>")
-@require("admin")
+@require(actions.dashboard, actions.run_schedule, actions.set_schedule_paused)
 def act(name: str, verb: str) -> Any:
     """Admin: pause, resume or run a schedule now."""
     check_form()

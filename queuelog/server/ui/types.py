@@ -19,17 +19,17 @@ bp = Blueprint("types", __name__)
 
 
 @bp.get("/types")
-@require("viewer", "admin")
+@require(actions.dashboard, actions.job_types)
 def types() -> Any:
     """One row per configured type: paused, counts, queue age, the last hour."""
-    config = current_app.config
+    config, who = current_app.config, current_user()
     return render_template("ui/types.html", cap=config["COUNT_CAP"],
-                           types=actions.job_types(list(config["JOB_TYPES"]),
+                           types=actions.job_types(who, list(config["JOB_TYPES"]),
                                                    config["COUNT_CAP"]))
 
 
 @bp.post("/types/<job_type>/<any(pause, resume):verb>")
-@require("admin")
+@require(actions.dashboard, actions.set_paused)
 def pause_or_resume(job_type: str, verb: str) -> Any:
     """Admin: pause or resume a type."""
     check_form()
@@ -45,7 +45,7 @@ def pause_or_resume(job_type: str, verb: str) -> Any:
 
 
 @bp.post("/types/<job_type>/limits")
-@require("admin")
+@require(actions.dashboard, actions.set_limits, actions.reset_limits)
 def limits(job_type: str) -> Any:
     """Admin: set a type's limits from the form (an empty field removes that limit), or
     ``reset`` them to the configured ones."""

@@ -6,14 +6,15 @@ from typing import Any
 from flask import Blueprint, render_template
 
 from queuelog.server import actions
-from queuelog.server.auth import require
-from queuelog.server.db import get_store
+from queuelog.server.auth import current_user, require
 
 bp = Blueprint("workers", __name__)
 
 
 @bp.get("/workers")
-@require("viewer", "admin")
+@require(actions.dashboard, actions.workers)
 def workers() -> Any:
     """One card per worker key; a job whose lease has run out is marked, and its worker."""
-    return render_template("ui/workers.html", workers=actions.workers(), now=get_store().clock())
+    who = current_user()
+    return render_template("ui/workers.html", workers=actions.workers(who),
+                           now=actions.dashboard(who))

@@ -1,0 +1,113 @@
+"""Reading jobs: who sees which jobs, and what of them (error text for admins only, V-10)."""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from flask import current_app
+
+from queuelog.model.jobs import Job, Status
+from queuelog.server.actions.gate import PEOPLE, gate, scope_of
+from queuelog.server.auth import READERS, Principal
+from queuelog.server.db import get_store
+from queuelog.server.store import Page, Series
+
+
+def sees_errors(who: Principal) -> bool:
+    """V-10, written once: only admins see a job's error text (on a job and its attempts)."""
+    return who.is_admin
+
+
+def sees_key(job: Job, who: Principal) -> bool:
+    """A job's idempotency key is shown to the producer that set it and to admins."""
+    return who.is_admin or (who.role == "producer" and job.producer == who.name)
+
+
+def visible(job: Job, who: Principal) -> Job:
+    """The job as ``who`` may see it: no error text at all unless ``sees_errors`` (V-10)."""
+    if sees_errors(who) or (job.error is None and job.attempts is None):
+        return job  # nothing to hide: no copy (a claim or complete of a batch, per job)
+    attempts = None if job.attempts is None else tuple(
+        dataclasses.replace(a, error=None) for a in job.attempts)
+    return dataclasses.replace(job, error=None, attempts=attempts)
+
+
+def now() -> int:
+    """The store's clock, in epoch microseconds (no secret: the same for every caller)."""
+    return get_store().clock()
+
+
+def ping() -> None:
+    """Raise unless the database answers (``/healthz``, which asks no credentials)."""
+    get_store().ping()
+
+
+@gate(*READERS)
+def get_job(who: Principal, job_id: int) -> Job:
+    """One job with its history, if ``who`` may see it (404 otherwise)."""
+    return visible(get_store().get(job_id, scope_of(who)), who)
+
+
+@gate(*READERS)
+def list_jobs(who: Principal, *, status: Status | None, type: str | None,
+              priority: int | None, limit: int, before: int | None,
+              schedule: str | None = None) -> Page:
+    """A newest-first page of the jobs ``who`` may see (error text as ``visible``)."""
+    page = get_store().list_jobs(scope=scope_of(who), status=status, type=type,
+                                 priority=priority, limit=limit, before=before,
+                                 schedule=schedule)
+    return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
+
+
+# -- the dashboard's reads: for people, never a key ----------------------------------------
+@gate(*PEOPLE)
+def dashboard(who: Principal) -> int:
+    """Viewer, admin: open a dashboard page; the time its page shows times against."""
+    return now()
+
+
+@gate(*PEOPLE)
+def dashboard_job(who: Principal, job_id: int) -> Job:
+    """Viewer, admin: one job with its history, as ``who`` may see it (404 if missing)."""
+    return visible(get_store().get(job_id, scope_of(who)), who)
+
+
+@gate(*PEOPLE)
+def dashboard_jobs(who: Principal, *, q: str | None = None, **filters: Any) -> Page:
+    """The dashboard's page of jobs; ``q`` finds a job by id, or by idempotency key.
+
+    Keys are admins' alone (a viewer's pages show none), so a viewer's ``q`` matches ids
+    only: a key typed by a viewer finds nothing rather than revealing which job holds it.
+    """
+    match_id = match_key = None
+    if q is not None:
+        digits = q.lstrip("#")
+        # 0 matches no job (ids start at 1); a number past BIGINT would be a database error.
+        match_id = int(digits) if digits.isdigit() and int(digits) < 2 ** 63 else 0
+        match_key = q if who.is_admin else None
+    page = get_store().list_jobs(scope=scope_of(who), match_id=match_id, match_key=match_key,
+                                 **filters)
+    return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
+
+
+@dataclasses.dataclass(frozen=True)
+class Overview:
+    """The queue page's head: capped counts per status and the last hour's outcomes."""
+
+    counts: dict[str, int]
+    chart: Series
+
+
+@gate(*PEOPLE)
+def overview(who: Principal) -> Overview:
+    """Viewer, admin: the counts per status (capped at COUNT_CAP) and the last hour's chart."""
+    store = get_store()
+    return Overview(store.count_by_status(current_app.config["COUNT_CAP"]),
+                    store.outcomes_per_minute(60))
+
+
+@gate("admin")
+def count_matching(who: Principal, status: Status, *, type: str | None = None,
+                   priority: int | None = None, cap: int | None = None) -> int:
+    """Admin: how many jobs a bulk retry or cancel would select now (at most ``cap`` + 1)."""
+    return get_store().count_matching(status, type=type, priority=priority, cap=cap)
