@@ -96,7 +96,7 @@ def _prepare(store: Store, state: str, jobs: int) -> None:
 
 def _plan(store: Store) -> list[str]:
     """The scans of a 100-job claim's plan (run, then rolled back)."""
-    stmt = store._claims["any"]  # the claim any worker without types makes
+    stmt = store.jobs._claims["any"]  # the claim any worker without types makes
     sql, args = stmt.bound({"wkr": "plan", "now": store.clock(), "lease_us": None, "n": 100})
     with store.engine.connect() as conn:
         cursor = conn.connection.driver_connection.cursor()
@@ -165,7 +165,6 @@ def measure(url: str, state: str, jobs: int, consumers: int) -> dict[str, Any]:
     finally:
         if store is not None:
             store.engine.dispose()
-            store._write.dispose()
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         admin.close()
 

@@ -45,7 +45,7 @@ def make_app(url: str, workdir: str) -> Any:
     app = create_app({"DATABASE_URL": url, "SECRET_KEY": "bench", "BOOTSTRAP_ADMIN": False},
                      serving=False)
     store = app.extensions["queuelog.store"]
-    if store.dialect.name == "postgresql":
+    if store.backend.name == "postgresql":
         from sqlalchemy import text
         with store.engine.begin() as conn:
             conn.execute(text("TRUNCATE jobs, job_attempts, api_keys, audit_events, job_counts, job_count_deltas CASCADE"))

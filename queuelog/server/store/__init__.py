@@ -48,7 +48,7 @@ _VERBS = {
     "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
               "count_purgeable", "count_by_status", "outcomes_per_minute"),
     "types": ("paused", "type_summaries", "set_paused"),
-    "limits": ("limits_in_force", "set_limits", "reset_limits", "flow_states"),
+    "limits": ("set_limits", "reset_limits", "flow_states"),
     "worker_reads": ("workers",),
     "bulk": ("count_matching", "bulk_retry", "bulk_cancel"),
     "purging": ("purge",),
