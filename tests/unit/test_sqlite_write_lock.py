@@ -58,10 +58,10 @@ def _held_at_first_statement(store: Store, write: Callable[[], Any]
 
 
 @pytest.mark.parametrize("verb", ["claim", "bulk_cancel", "enqueue"])
-def test_a_write_holds_the_write_lock_from_its_begin(sqlite_url: str, verb: str) -> None:
+def test_a_write_holds_the_write_lock_from_its_begin(sqlite_url: str, store: Store,
+                                                     verb: str) -> None:
     """A deferred BEGIN takes no lock until the first write, and a transaction that read
     first then fails to upgrade (SQLITE_BUSY at once, whatever the busy timeout)."""
-    store = Store(sqlite_url)
     store.enqueue_many([NewJob(producer="p", type="email", payload_json="{}", priority=0,
                                max_retries=0)])
     writes = {"claim": lambda: store.claim("w1"),
@@ -77,7 +77,6 @@ def test_a_write_holds_the_write_lock_from_its_begin(sqlite_url: str, verb: str)
         other.execute("ROLLBACK")
     finally:
         other.close()
-        store.close()
 
 
 def test_a_bulk_action_leaves_the_lock_free_between_its_batches(sqlite_url: str) -> None:
