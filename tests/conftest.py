@@ -9,21 +9,16 @@ import sqlite3
 import sys
 from typing import Any, Callable, Iterator
 
-import flask
-import jinja2
-import jinja2.bccache
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
-from werkzeug.routing import Rule
 
 from helpers import add_user, once_per_run
 from queuelog import create_app
 from queuelog.model.jobs import Priority
 from queuelog.server.store.tables import job_count_deltas, job_counts, metadata
 from queuelog.server.store import Store
-from queuelog.server.store.prepared import Prepared
 
 # PYTHONDONTWRITEBYTECODE (set on some machines, this project's CI among them) made every
 # process compile queuelog's source anew: 0.15-0.2 s CPU of each of the suite's hundreds of
@@ -37,83 +32,8 @@ PG_SKIP = ("PostgreSQL tests need QUEUELOG_TEST_DATABASE_URL "
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)]
 
 
-class SharedTemplates(jinja2.BytecodeCache):
-    """Compiled templates kept in memory for every app this test process builds.
-
-    Each app has its own Jinja environment, which compiled every page it rendered again:
-    about 6 ms a template, for each of the suite's two thousand apps. Jinja keys a cached
-    template by its name and its source's checksum, so a changed template is compiled anew.
-    """
-
-    def __init__(self) -> None:
-        self.compiled: dict[str, bytes] = {}
-
-    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        """Fill ``bucket`` from memory, if this template was compiled before."""
-        data = self.compiled.get(bucket.key)
-        if data is not None:
-            bucket.bytecode_from_string(data)
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        """Keep ``bucket``'s compiled code."""
-        self.compiled[bucket.key] = bucket.bytecode_to_string()
-
-
-def shared_builders(generate: Callable[..., Any]) -> Callable[..., Any]:
-    """Werkzeug's ``Rule._compile_builder``, generating each builder once per test process.
-
-    Each app binds its routes to a map of its own, and werkzeug generates and compiles a
-    builder function per route (an AST, then ``compile``): half of a test app's making,
-    about 30 ms, for each of the suite's two thousand apps. The generated code is a function
-    of the rule's parsed parts, its defaults' names and whether unknown values are
-    appended (it calls the rule's own converters when it runs, through the rule it is bound
-    to), so those are the key. A default that fills a part of the rule is baked in as its
-    converter made it: such rules are generated each time.
-    """
-    made: dict[Any, Any] = {}
-
-    def builder(rule: Any, append_unknown: bool = True) -> Any:
-        defaults = rule.defaults or {}
-        if any(dynamic and name in defaults for dynamic, name in rule._trace):
-            return generate(rule, append_unknown)
-        key = (rule.rule, tuple(rule._trace), tuple(defaults), append_unknown)
-        if key not in made:
-            made[key] = generate(rule, append_unknown)
-        return made[key]
-    return builder
-
-
-def shared_statements(prepare: Callable[..., None]) -> Callable[..., None]:
-    """``Prepared.__init__``, compiling each statement once per test process.
-
-    Every test's store compiles its sixty statements (about 20 ms of the app's making). A
-    statement is keyed as SQLAlchemy's own compiled cache keys it (its structure), plus its
-    bound values (a store's lease defaults are literals in its SQL) and the dialect; a
-    statement SQLAlchemy cannot key is compiled each time. Each store gets its own copy of
-    the one mutable attribute, the row-count texts.
-    """
-    made: dict[Any, dict[str, Any]] = {}
-
-    def init(self: Any, statement: Any, dialect: Any) -> None:
-        cache_key = statement._generate_cache_key()
-        if cache_key is None:
-            prepare(self, statement, dialect)
-            return
-        key = (type(dialect), dialect.paramstyle, getattr(dialect, "server_version_info", None),
-               cache_key.key, tuple(repr(b.effective_value) for b in cache_key.bindparams))
-        if key not in made:
-            prepare(self, statement, dialect)
-            made[key] = dict(vars(self))
-        vars(self).update(made[key], _texts={})
-    return init
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "postgresql: needs a PostgreSQL server")
-    # Every Flask app's Jinja environment is made with these options (Flask.jinja_options).
-    flask.Flask.jinja_options = {**flask.Flask.jinja_options, "bytecode_cache": SharedTemplates()}
-    Rule._compile_builder = shared_builders(Rule._compile_builder)  # type: ignore[method-assign]
-    Prepared.__init__ = shared_statements(Prepared.__init__)  # type: ignore[method-assign]
 
 
 @pytest.hookimpl(wrapper=True)

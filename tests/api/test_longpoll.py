@@ -241,6 +241,22 @@ def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker, 
     assert [r.getMessage() for r in caplog.records if "LONG_POLL_SLOTS is 2" in r.getMessage()]
 
 
-def test_outside_gunicorn_no_watcher_is_started():
-    # The test process's SIGTERM handler is not a gunicorn worker's: nothing to watch.
-    assert longpoll._gunicorn_worker() is None
+def _watching(polls: LongPolls) -> list[threading.Thread]:
+    """Live threads running one of ``polls``' own methods (a shutdown watcher's loop)."""
+    return [t for t in threading.enumerate()
+            if getattr(getattr(t, "_target", None), "__self__", None) is polls]
+
+
+def test_outside_gunicorn_no_watcher_is_started(app, worker):
+    """An app made outside gunicorn (this test process) has no worker to watch: a poll
+    that waits starts no watcher, and nothing stops its polls early."""
+    polls: LongPolls = app.extensions["queuelog.longpoll"]
+    answers: list[Any] = []
+    began = time.monotonic()
+    thread = _polling(app, worker, 1.5, answers)
+    until(lambda: polls.waiting == 1 or bool(answers))
+    assert _watching(polls) == []
+    thread.join(timeout=10)
+    assert answers[0].status_code == 204 and time.monotonic() - began >= 1.5
+    assert not polls.stopping and _watching(polls) == []
+    assert "queuelog-longpoll-shutdown" not in [t.name for t in threading.enumerate()]

@@ -19,8 +19,10 @@ from __future__ import annotations
 
 import collections
 import re
+import threading
 from typing import Any, Mapping, Sequence
 
+from cachetools import LRUCache
 from sqlalchemy import Connection
 from sqlalchemy.engine import Dialect as SADialect
 
@@ -31,10 +33,48 @@ _VALUES_ROWS = re.compile(r"VALUES \(__\[POSTCOMPILE_(\w+)\]\)")
 _ROW_TEXTS_KEPT = 16
 
 
+# Compiled statements shared by every store of the process, by ``_compile_key``: a process
+# that makes several stores (the test suite, an embedding app) compiles each statement once.
+_COMPILED: LRUCache[Any, dict[str, Any]] = LRUCache(maxsize=2048)
+_COMPILED_LOCK = threading.Lock()
+
+
+def _compile_key(statement: Any, dialect: SADialect) -> Any | None:
+    """What the compiled form depends on: the statement's structure (SQLAlchemy's own cache
+    key), the values bound into it (a store's lease literals are in its SQL) and the
+    dialect's compile-relevant settings; None where a statement cannot be keyed."""
+    cache_key = statement._generate_cache_key()
+    if cache_key is None:
+        return None
+    key = (type(dialect), dialect.paramstyle, dialect.server_version_info,
+           dialect.max_identifier_length, id(getattr(dialect, "_json_serializer", None)),
+           cache_key.key, tuple(b.effective_value for b in cache_key.bindparams))
+    try:
+        hash(key)
+    except TypeError:  # a bound value that is a list or dict
+        return None
+    return key
+
+
 class Prepared:
     """One Core statement compiled for one dialect; ``rows``, ``run`` and ``many`` run it."""
 
     def __init__(self, statement: Any, dialect: SADialect) -> None:
+        key = _compile_key(statement, dialect)
+        with _COMPILED_LOCK:  # stores may be made in several threads; the LRU order is state
+            made = _COMPILED.get(key) if key is not None else None
+        if made is None:
+            self._compile(statement, dialect)
+            made = {k: v for k, v in vars(self).items() if k != "_texts"}
+            if key is not None:
+                with _COMPILED_LOCK:
+                    _COMPILED[key] = made
+        # Shared with the other stores: every attribute here is only read after this.
+        vars(self).update(made)
+        self._texts: dict[tuple[int, ...], str] = {}
+
+    def _compile(self, statement: Any, dialect: SADialect) -> None:
+        """Compile ``statement`` for ``dialect``: its SQL text, parameters and defaults."""
         compiled = statement.compile(dialect=dialect)
         # Bound values as SQLAlchemy would send them (e.g. Float's); rows come back as the
         # driver gives them, which for these tables' types is what SQLAlchemy gives too.
@@ -51,7 +91,6 @@ class Prepared:
         if self.row_lists and not self.positional:  # SQLite's alone (qmark) needs them
             raise NotImplementedError("VALUES row lists take positional parameters")
         self.mark: str = {"qmark": "?", "format": "%s"}.get(dialect.paramstyle, "")
-        self._texts: dict[tuple[int, ...], str] = {}
 
     def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Run with ``params``; every row, as a named tuple (``row.id``, ``row._mapping``)."""
