@@ -60,7 +60,7 @@ def _updates_of_jobs(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
 @pytest.mark.parametrize("types", [None, ["email"], ["email", "sms"]],
                          ids=["any-type", "one-type", "several-types"])
 def test_the_claims_pick_runs_once_before_the_update(store: Store, types: Any) -> None:
-    if store.dialect.name != "postgresql":
+    if store.backend.name != "postgresql":
         pytest.skip("SQLite's claim holds the write lock: no row locks, no SKIP LOCKED")
     store.enqueue_many([NewJob(producer="p", type=t, payload_json="{}", priority=p,
                                max_retries=0) for t in ("email", "sms") for p in (0, 5)])
