@@ -10,6 +10,8 @@ import ast
 import dataclasses
 import functools
 import pathlib
+import subprocess
+import sys
 from typing import Iterable
 
 
@@ -285,3 +287,12 @@ def test_the_store_check_sees_calls_imports_and_the_extension(tmp_path: pathlib.
         "queuelog.server.api.v (line 2) imports queuelog.server.store.engine",
         "queuelog.server.api.v (line 4) uses get_store",
         "queuelog.server.api.v (line 4) uses queuelog.store"]
+
+
+def test_the_store_loads_without_flask() -> None:
+    """The SQL layer is the server's lowest world: it imports no Flask (DESIGN.md)."""
+    code = ("import sys, queuelog.server.store; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('flask', 'werkzeug')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=PACKAGE.parent).stdout.strip()
+    assert out == "[]"

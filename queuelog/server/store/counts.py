@@ -43,17 +43,12 @@ def fold_if_many(write: Engine, deltas: int) -> None:
 
 def fold(write: Engine) -> bool:
     """Fold every delta into the totals now; False where the database keeps none."""
-    statement = backends.of(write).fold_counts()
-    if statement is None:
-        return False
-    with write.begin() as conn:
-        conn.execute(statement)
-    return True
+    return backends.of(write).fold_counts(write)
 
 
 def keeps_deltas(engine: Engine) -> bool:
     """True where the triggers append deltas that need folding (PostgreSQL)."""
-    return backends.of(engine).fold_counts() is not None
+    return not backends.of(engine).counts_in_place
 
 
 def job_counts_of(engine: Engine, write: Engine) -> Counts:

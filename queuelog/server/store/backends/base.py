@@ -101,9 +101,9 @@ class Backend:
         raise NotImplementedError
 
     # -- counts and metrics --------------------------------------------------------------
-    def fold_counts(self) -> TextClause | None:
-        """The statement folding ``job_count_deltas`` into ``job_counts``; None where the
-        triggers keep ``job_counts`` themselves (``counts_in_place``)."""
+    def fold_counts(self, write: Any) -> bool:
+        """Fold ``job_count_deltas`` into ``job_counts`` now; whether there were deltas to
+        fold (none where the triggers keep the totals themselves: ``counts_in_place``)."""
         raise NotImplementedError
 
     def expired_by_type(self) -> TextClause:

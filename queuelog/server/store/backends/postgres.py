@@ -115,9 +115,11 @@ class PostgresBackend(Backend):
         """One JSON text, ``[[v1, v2, ...], ...]``, which the database reads in C."""
         return [{"rows": jsontext.dumps([[row[c] for c in columns] for row in rows])}]
 
-    def fold_counts(self) -> TextClause | None:
+    def fold_counts(self, write: Any) -> bool:
         """Move the deltas into the totals in one statement (deleted rows are ours alone)."""
-        return sql.FOLD_COUNTS
+        with write.begin() as conn:
+            conn.execute(sql.FOLD_COUNTS)
+        return True
 
     def expired_by_type(self) -> TextClause:
         """(type, count) of running jobs past their lease at ``:now``."""

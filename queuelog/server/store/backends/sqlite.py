@@ -106,9 +106,10 @@ class SQLiteBackend(Backend):
         step = self.rows_per_insert
         return [{"rows": tuples[i:i + step]} for i in range(0, len(tuples), step)]
 
-    def fold_counts(self) -> TextClause | None:
-        """None: the triggers write ``job_counts`` directly and leave no deltas."""
-        return None
+    def fold_counts(self, write: Any) -> bool:
+        """Nothing to fold: the triggers write ``job_counts`` directly, leaving no deltas
+        (one writer at a time, so no lock is shared by concurrent claims)."""
+        return False
 
     def expired_by_type(self) -> TextClause:
         """The lease index's range below ``:now``: what the next claim takes back."""
