@@ -1,6 +1,7 @@
 """The store: all SQL of queuelog lives in this package; views never import sqlalchemy."""
 from __future__ import annotations
 
+import atexit
 import os
 import time
 import weakref
@@ -18,7 +19,8 @@ from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
 from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.due import Due
-from queuelog.server.store.engine import make_engine, system_clock, upgrade_on_start
+from queuelog.server.store.engine import (dispose, make_engine, system_clock, upgrade_on_start,
+                                           write_problem)
 from queuelog.server.store.enqueue import NewJob
 from queuelog.server.store.limits import FlowState, TypeLimits
 from queuelog.server.store.queue import Claimed, Queue
@@ -26,6 +28,7 @@ from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
+from queuelog.server.store.turns import WRITE_WAIT_SECONDS
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
@@ -42,8 +45,9 @@ class Store(Queue, Reads, Stats, Types, TypeLimits, Workers, Bulk, Audit, Due, S
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
                  lease_seconds: float = 300.0,
                  type_leases: Mapping[str, float] | None = None,
-                 type_limits: Mapping[str, Any] | None = None) -> None:
-        engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+                 type_limits: Mapping[str, Any] | None = None,
+                 write_wait: float = WRITE_WAIT_SECONDS) -> None:
+        engine = make_engine(url, sqlite_synchronous=sqlite_synchronous, write_wait=write_wait)
         super().__init__(engine, clock=system_clock, backoff_base=backoff_base,
                          backoff_cap=backoff_cap, lease_seconds=lease_seconds,
                          type_leases=type_leases, type_limits=type_limits)
@@ -62,9 +66,13 @@ class Store(Queue, Reads, Stats, Types, TypeLimits, Workers, Bulk, Audit, Due, S
         from queuelog.server.store.migrate import upgrade  # Alembic loads only where needed
         upgrade(self.engine)
 
+    def write_problem(self) -> str | None:
+        """Why a write cannot be made now (for /healthz), or None (engine.write_problem)."""
+        return write_problem(self.engine)
+
     def close(self) -> None:
-        """Close pooled connections."""
-        self.engine.dispose()
+        """Close pooled connections (SQLite: the WAL copied back and truncated first)."""
+        dispose(self.engine)
 
 
 # Pools a forked child inherited. They are kept, never closed or collected: closing a
@@ -102,6 +110,7 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
                       backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
                       backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
                       lease_seconds=float(app.config["LEASE_SECONDS"]),
+                      write_wait=float(app.config["WRITE_LOCK_WAIT_SECONDS"]),
                       type_leases={name: float(opts["lease_seconds"])
                                    for name, opts in app.config["JOB_TYPES"].items()
                                    if "lease_seconds" in opts},
@@ -112,7 +121,16 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
         raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
     _reach(app, store, url, store.dialect.boot_wait_seconds if waiting else 0.0)
     app.extensions["queuelog.store"] = store
+    # A clean stop (a gunicorn worker's, the dev server's) closes the store: SQLite's WAL is
+    # copied back and truncated, not left to grow from at the next start.
+    atexit.register(_close_at_exit, weakref.ref(store))
     return store
+
+
+def _close_at_exit(ref: "weakref.ReferenceType[Store]") -> None:
+    store = ref()
+    if store is not None:
+        store.close()
 
 
 def _reach(app: Flask, store: Store, url: str, wait_seconds: float) -> None:

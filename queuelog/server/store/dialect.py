@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from queuelog.model import jsontext
 from queuelog.model.problems import ConfigError
 from queuelog.server.store import listen
-from queuelog.server.store.turns import WriteTurns
+from queuelog.server.store.turns import WAL_SIZE_LIMIT, WriteTurns
 
 # LIFO: the connection used last is used next, so a quiet server works on one or two
 # connections whose prepared statements (psycopg prepares a statement from its 6th run on a
@@ -447,6 +447,7 @@ def _on_connect(dbapi_conn: Any, synchronous: str) -> None:
     cur.execute(f"PRAGMA synchronous={synchronous}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA wal_autocheckpoint=0")  # made out of the writers' turn: turns.py
+    cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")  # WAL cut back when reused
     cur.close()
 
 
