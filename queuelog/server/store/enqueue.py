@@ -1,6 +1,8 @@
 """Enqueue: a producer's new jobs, one or a batch, idempotent by (producer, key).
 
-The statements are the same on every database, so they are built once, at import.
+The statements are declared once, as Core, at import; each store compiles them for its own
+database (``_prepare_enqueue``), where the dialect's differ: the INSERT's wake-up and the
+batch's multi-row INSERT.
 """
 from __future__ import annotations
 
@@ -101,22 +103,19 @@ class Enqueue:
         for _ in range(3):
             try:
                 with self._write.begin() as conn:
-                    if new.idempotency_key is not None:
-                        row = self._by_key.first(conn, {"producer": new.producer,
-                                                        "key": new.idempotency_key})
-                        if row is not None:
-                            if row.request_hash != new.request_hash:
-                                raise IdempotencyMismatch(
-                                    "This idempotency key was used for a different request.")
-                            return Job.from_row(row), False
+                    row = self._by_key.first(conn, {"producer": new.producer,
+                                                    "key": new.idempotency_key})
+                    if row is not None:
+                        if row.request_hash != new.request_hash:
+                            raise IdempotencyMismatch(
+                                "This idempotency key was used for a different request.")
+                        return Job.from_row(row), False
                     row = self._insert_job.rows(conn, self._values(new, self.clock()))[0]
                     self.dialect.notify(conn, told=True)
                     self.on_jobs_written()
                     return Job.from_row(row), True
             except IntegrityError:
-                if new.idempotency_key is None:
-                    raise
-                # Lost a race for (producer, key); the next round finds the winner's row.
+                continue  # lost a race for (producer, key): the next round finds its row
         raise Conflict("Could not settle the idempotency key; try again.")
 
     def enqueue_many(self, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
