@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 
 from queuelog.model import jsontext
 from queuelog.model.problems import ConfigError
-from queuelog.server.store import listen
+from queuelog.server.store import listen, liveness
 from queuelog.server.store.turns import WAL_SIZE_LIMIT, WriteTurns
 
 # LIFO: the connection used last is used next, so a quiet server works on one or two
@@ -508,15 +508,18 @@ class PostgresDialect(Dialect):
     def create_engine(self, url: str, *, sqlite_synchronous: str, echo: bool) -> Engine:
         """No pre-ping, a connect timeout."""
         # No pool_pre_ping: its extra round trip per checkout cost ~30% of claim throughput.
-        # A connection that died meanwhile (a restart, a dropped socket) fails its request
-        # with a disconnect error instead: that request answers 503 (errors.py), and
+        # One the server closed while idle (a restart) is refused at checkout, before
+        # anything is sent (liveness.py); one that dies in use (a dropped socket) fails its
+        # request with a disconnect error instead: that request answers 503 (errors.py), and
         # SQLAlchemy invalidates the whole pool on a disconnect, so later requests get fresh
         # connections. Nothing is retried blindly: the commit's outcome may be unknown.
         # connect_timeout: a database host that does not answer at all fails a request in
         # seconds, not after the kernel's TCP timeout.
         query = make_url(url).query
         connect_args = {} if "connect_timeout" in query else {"connect_timeout": 10}
-        return create_engine(url, echo=echo, **POOL, connect_args=connect_args)
+        engine = create_engine(url, echo=echo, **POOL, connect_args=connect_args)
+        event.listen(engine, "checkout", liveness.refuse_closed)  # closed by a restart
+        return engine
 
     def skip_locked(self, query: Select[Any]) -> Select[Any]:
         """FOR UPDATE SKIP LOCKED: a row another claim or purge holds is not ours."""
