@@ -34,6 +34,11 @@ from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions, s
 LEASE_EXPIRED_ERROR = "lease expired"
 # The columns of a claim's new attempts where the claim cannot open them itself.
 _ATTEMPT_COLUMNS = ("job_id", "attempt", "worker_id", "started_at", "outcome")
+# A limited claim's new attempts, stamped again once its settle has seen the slots free.
+_RESTAMP = (update(job_attempts).values(started_at=bindparam("later"))
+            .where(job_attempts.c.job_id.in_(bindparam("ids", expanding=True)),
+                   job_attempts.c.started_at == bindparam("now"),
+                   job_attempts.c.finished_at.is_(None)))
 EXPIRE_BATCH = 100  # expired leases taken back per claim, so one claim stays cheap
 PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
 
@@ -321,6 +326,12 @@ class Queue(Enqueue):
             if allow is not None and not claim_policy.settle(
                     conn, self.limiter, self.configured_limits, allow, rows, now):
                 raise _Overrun
+            # ``now`` was read before the reads and the settle; a slot they found free may
+            # have been freed by a completion stamped after it: the attempts start no
+            # earlier than the settle saw that (SQLite read all of it in the write lock).
+            later = self.clock()
+            if allow is not None and later > now and not self.dialect.writes_lock_reads:
+                conn.execute(_RESTAMP, {"later": later, "now": now, "ids": [r.id for r in rows]})
         return out, rows
 
     def _remember(self, limits: Mapping[str, Limits]) -> None:
