@@ -380,3 +380,20 @@ def test_a_writer_waits_for_its_turn_at_most_the_write_wait(tmp_path: Path):
     holder.join(10)
     store.enqueue(NewJob("p", "email", "{}", 0, 3))
     store.close()
+
+
+def test_a_start_waits_for_an_upgrade_longer_than_a_request_would(tmp_path: Path):
+    """Workers starting together queue on the upgrade's lock; one that finds it held (by
+    another's upgrade, here a second connection) waits UPGRADE_WAIT_SECONDS, not the
+    write wait of a request, which an index build outlasts."""
+    import sqlite3
+    path = tmp_path / "upgrading.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA journal_mode=WAL")  # as another queuelog process has it
+    holder.execute("BEGIN IMMEDIATE")
+    threading.Timer(1.0, lambda: holder.execute("ROLLBACK")).start()
+    store = Store(f"sqlite:///{path}", sqlite_synchronous="NORMAL", write_wait=0.1)
+    store.create_schema()  # waited for the lock past its write wait
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    store.close()
+    holder.close()

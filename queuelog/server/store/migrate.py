@@ -25,9 +25,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
 from queuelog.server.store import dialect
+from queuelog.server.store.turns import WriteTurns
 
 SCRIPT_LOCATION = "queuelog.server:migrations"  # package resource: works from a wheel too
 BASELINE = "0001"
+# How long a process starting while another upgrades SQLite waits for its write lock: a
+# request's wait (WRITE_LOCK_WAIT_SECONDS) is too short for an upgrade that builds an index.
+UPGRADE_WAIT_SECONDS = 30.0
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -62,7 +66,10 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     if before == head():
         return before, before  # the common start: one read, no lock taken
     db = dialect.of(engine)
-    with db.writer(engine).begin() as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
+    writer = db.writer(engine)
+    begin = (functools.partial(writer.begin, wait=UPGRADE_WAIT_SECONDS)
+             if isinstance(writer, WriteTurns) else writer.begin)
+    with begin() as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
         db.lock(conn, dialect.MIGRATE_LOCK)  # PostgreSQL: its DDL locks table by table
         return _upgrade(conn)
 
