@@ -9,23 +9,28 @@ import pytest
 from helpers import add_job, until
 
 
-def _terminate_the_others(url: str) -> None:
+def _terminate_the_pool(store: Any, url: str) -> None:
     """What a server restart does to the store's pooled connections: each closed by the
-    server while idle, its goodbye left unread on its socket."""
+    server while idle, its goodbye left unread on its socket. (Only the pool's: the test
+    session's own connections stay.)"""
+    held = [store.engine.connect() for _ in range(3)]  # the pool's, LIFO: these come next
+    pids = [conn.connection.dbapi_connection.info.backend_pid for conn in held]
+    for conn in held:
+        conn.close()
     conninfo = url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(conninfo, autocommit=True) as admin:
-        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                      "WHERE datname = current_database() AND pid <> pg_backend_pid()")
-        until(lambda: admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND pid <> pg_backend_pid()").fetchone()[0] == 0)
+        admin.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+                      (pids,))
+        # Gone: their goodbyes are sent.
+        until(lambda: admin.execute("SELECT count(*) FROM pg_stat_activity "
+                                    "WHERE pid = ANY(%s)", (pids,)).fetchone()[0] == 0)
 
 
 @pytest.fixture
-def restarted(backend: str, db_url: str) -> Any:
+def restarted(backend: str, db_url: str, store: Any) -> Any:
     if backend != "postgresql":
         pytest.skip("SQLite has no server to close a connection")
-    return lambda: _terminate_the_others(db_url)
+    return lambda: _terminate_the_pool(store, db_url)
 
 
 def test_each_verb_after_a_restart_runs_on_a_fresh_connection(store, restarted):
