@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_BACKOFF_SECONDS": 2,
     "RETRY_BACKOFF_MAX_SECONDS": 3600,
     "SQLITE_SYNCHRONOUS": "FULL",
+    "WRITE_LOCK_WAIT_SECONDS": 5,  # SQLite: a write waits this long for the lock, then 503
     "DEFAULT_MAX_RETRIES": 3,
     "COUNT_CAP": 10000,          # dashboard counts stop here ("10,000+")
     "AUTH_CACHE_SECONDS": 5,     # how long a checked password is trusted
@@ -151,6 +152,8 @@ def check(config: Any) -> None:
     for key, (lo, hi) in WHOLE_NUMBERS.items():
         require_number(key, config[key], lo, hi)
     require_number("AUTH_CACHE_SECONDS", config["AUTH_CACHE_SECONDS"], 0, 3600, whole=False)
+    require_number("WRITE_LOCK_WAIT_SECONDS", config["WRITE_LOCK_WAIT_SECONDS"], 0, 3600,
+                   whole=False)
     require_number("PASSWORD_HASH_WAIT_SECONDS", config["PASSWORD_HASH_WAIT_SECONDS"], 0, 60,
                    whole=False)
     # Per-type options: (whole numbers only, lowest, highest); checked here so that a typo in

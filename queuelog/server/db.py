@@ -1,7 +1,9 @@
 """The app's store (flaskr's db.py): made from the config at start, found per request."""
 from __future__ import annotations
 
+import atexit
 import time
+import weakref
 from typing import Any
 
 from flask import Flask, current_app
@@ -24,6 +26,7 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
                       backoff_base=float(app.config["RETRY_BACKOFF_SECONDS"]),
                       backoff_cap=float(app.config["RETRY_BACKOFF_MAX_SECONDS"]),
                       lease_seconds=float(app.config["LEASE_SECONDS"]),
+                      write_wait=float(app.config["WRITE_LOCK_WAIT_SECONDS"]),
                       type_leases={name: float(opts["lease_seconds"])
                                    for name, opts in app.config["JOB_TYPES"].items()
                                    if "lease_seconds" in opts},
@@ -34,7 +37,16 @@ def init_app(app: Flask, *, waiting: bool = False) -> Store:
         raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {exc}") from exc
     _reach(app, store, url, store.backend.boot_wait_seconds if waiting else 0.0)
     app.extensions["queuelog.store"] = store
+    # A clean stop (a gunicorn worker's, the dev server's) closes the store: SQLite's WAL is
+    # copied back and truncated, not left to grow from at the next start.
+    atexit.register(_close_at_exit, weakref.ref(store))
     return store
+
+
+def _close_at_exit(ref: "weakref.ReferenceType[Store]") -> None:
+    store = ref()
+    if store is not None:
+        store.close()
 
 
 def _reach(app: Flask, store: Store, url: str, wait_seconds: float) -> None:

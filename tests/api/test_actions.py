@@ -269,7 +269,7 @@ MAY = {
     "api_document": {"producer", "worker", "viewer", "admin", "metrics"},
 }
 # Not verbs: pure rules and helpers that act for no caller (the clock, the health probe).
-NOT_GATED = {"visible", "sees_errors", "sees_key", "request_hash", "scope_of", "now", "ping",
+NOT_GATED = {"visible", "sees_errors", "sees_key", "request_hash", "scope_of", "now", "health",
              "upgrade_deferred", "gate", "roles_of", "system"}
 
 

@@ -289,3 +289,111 @@ def test_a_lock_that_cannot_be_taken_fails_the_writer_with_its_own_error(
     assert store.engine.pool.checkedout() == 0
     store.enqueue(NewJob("p", "email", "{}", 0, 3))  # the next writer writes
     store.close()
+
+
+def test_a_write_begun_inside_a_write_raises_at_once(tmp_path: Path):
+    """SQLite has one write lock and this thread holds it: a second write transaction
+    could only wait for it until the busy timeout; it is a programming error, said at once."""
+    import time
+    store = Store(f"sqlite:///{tmp_path}/nested.db", sqlite_synchronous="NORMAL")
+    store.create_schema()
+    turns = store.ctx.write
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="inside this thread's own write"):
+        with turns.begin():
+            with turns.begin():
+                pass
+    assert time.monotonic() - start < 1
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))  # the turns go on
+    store.close()
+
+
+def test_a_quiet_process_checkpoints_on_a_schedule_and_the_wal_is_cut_back(tmp_path: Path):
+    """Fewer commits than CHECKPOINT_EVERY still get checkpointed once CHECKPOINT_SECONDS
+    have passed since the first of them; the WAL, grown past journal_size_limit meanwhile,
+    is cut back to it when the next writer starts it over."""
+    from queuelog.server.store.turns import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS,
+                                             WAL_SIZE_LIMIT)
+    store = Store(f"sqlite:///{tmp_path}/quiet.db", sqlite_synchronous="NORMAL")
+    store.create_schema()
+    turns = store.ctx.write
+    now = [turns.clock()]  # the schema's commits went by this clock already
+    turns.clock = lambda: now[0]
+    wal = tmp_path / "quiet.db-wal"
+    big = '{"pad": "' + "x" * 500_000 + '"}'
+    commits = 2 * WAL_SIZE_LIMIT // 500_000
+    assert commits < CHECKPOINT_EVERY
+    for _ in range(commits):
+        store.enqueue(NewJob("p", "email", big, 0, 3))
+    assert wal.stat().st_size > WAL_SIZE_LIMIT
+    before = (tmp_path / "quiet.db").stat().st_size
+    now[0] += CHECKPOINT_SECONDS
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))  # came due: the checkpoint's thread
+    until(lambda: not turns._checkpointing.locked())
+    assert (tmp_path / "quiet.db").stat().st_size > before + WAL_SIZE_LIMIT
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))  # the WAL starts over, cut back
+    assert wal.stat().st_size <= WAL_SIZE_LIMIT
+    store.close()
+
+
+def test_closing_the_store_leaves_no_wal_to_grow_from(tmp_path: Path):
+    """A clean stop copies the whole WAL back and truncates it (another connection of the
+    database still open, as a forked worker's or a reader's would be)."""
+    import sqlite3
+    store = Store(f"sqlite:///{tmp_path}/closing.db", sqlite_synchronous="NORMAL")
+    store.create_schema()
+    other = sqlite3.connect(tmp_path / "closing.db")  # keeps the WAL file from being removed
+    other.execute("SELECT count(*) FROM jobs").fetchall()
+    for _ in range(20):
+        store.enqueue(NewJob("p", "email", '{"pad": "' + "x" * 100_000 + '"}', 0, 3))
+    wal = tmp_path / "closing.db-wal"
+    assert wal.stat().st_size > 2_000_000
+    store.close()
+    assert wal.stat().st_size == 0
+    assert other.execute("SELECT count(*) FROM jobs").fetchone()[0] == 20
+    other.close()
+
+
+def test_a_writer_waits_for_its_turn_at_most_the_write_wait(tmp_path: Path):
+    """A turn held long (a slow transaction of this process) makes the writers queued
+    behind it give up at their own deadline, with "database is locked" (a 503), and the
+    turns go on after it."""
+    import time
+    from queuelog.server.store.turns import WriteLockTimeout
+    store = Store(f"sqlite:///{tmp_path}/slow.db", sqlite_synchronous="NORMAL", write_wait=0.3)
+    store.create_schema()
+    inside, go = threading.Event(), threading.Event()
+
+    def slow() -> None:
+        with store.ctx.write.begin():
+            inside.set()
+            go.wait(10)
+
+    holder = threading.Thread(target=slow)
+    holder.start()
+    assert inside.wait(10)
+    start = time.monotonic()
+    with pytest.raises(WriteLockTimeout, match="database is locked"):
+        store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    assert time.monotonic() - start < 2
+    go.set()
+    holder.join(10)
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    store.close()
+
+
+def test_a_start_waits_for_an_upgrade_longer_than_a_request_would(tmp_path: Path):
+    """Workers starting together queue on the upgrade's lock; one that finds it held (by
+    another's upgrade, here a second connection) waits UPGRADE_WAIT_SECONDS, not the
+    write wait of a request, which an index build outlasts."""
+    import sqlite3
+    path = tmp_path / "upgrading.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA journal_mode=WAL")  # as another queuelog process has it
+    holder.execute("BEGIN IMMEDIATE")
+    threading.Timer(1.0, lambda: holder.execute("ROLLBACK")).start()
+    store = Store(f"sqlite:///{path}", sqlite_synchronous="NORMAL", write_wait=0.1)
+    store.create_schema()  # waited for the lock past its write wait
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))
+    store.close()
+    holder.close()

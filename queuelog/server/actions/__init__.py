@@ -26,7 +26,7 @@ from queuelog.server.actions.operations import (api_document, backup, schema_rev
                                                 upgrade_deferred, upgrade_schema)
 from queuelog.server.actions.reads import (Overview, count_matching, dashboard, dashboard_job,
                                            dashboard_jobs, get_job, list_jobs, now, overview,
-                                           ping, sees_errors, sees_key, visible)
+                                           health, sees_errors, sees_key, visible)
 from queuelog.server.actions.schedules import (run_schedule, schedule_states,
                                                schedule_tick, set_schedule_paused)
 from queuelog.server.actions.work import (claim, complete, complete_many, fail, fail_many,
@@ -38,7 +38,7 @@ __all__ = [
     "count_purgeable", "create_key", "create_user", "dashboard", "dashboard_job",
     "dashboard_jobs", "delete_user", "enqueue", "enqueue_many", "fail", "fail_many", "gate",
     "get_job", "heartbeat", "job_types", "list_jobs", "list_keys", "list_users", "now",
-    "overview", "ping", "purge", "purge_audit", "request_hash", "reset_limits", "retry",
+    "overview", "health", "purge", "purge_audit", "request_hash", "reset_limits", "retry",
     "revoke_key", "roles_of", "run_schedule", "schema_revision", "schedule_states",
     "schedule_tick", "scope_of", "scrape", "sees_errors", "sees_key", "set_limits",
     "set_password", "set_paused", "set_schedule_paused", "system", "upgrade_deferred",

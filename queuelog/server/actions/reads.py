@@ -37,9 +37,12 @@ def now() -> int:
     return get_store().clock()
 
 
-def ping() -> None:
-    """Raise unless the database answers (``/healthz``, which asks no credentials)."""
-    get_store().ping()
+def health() -> str | None:
+    """Raise unless the database answers; then why a write cannot be made now, or None
+    (``/healthz``, which asks no credentials)."""
+    store = get_store()
+    store.ping()
+    return store.write_problem()
 
 
 @gate(*READERS)

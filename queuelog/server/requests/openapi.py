@@ -127,7 +127,11 @@ def _answer_schemas() -> JSON:
         "JobPage": _obj({"jobs": {"type": "array", "items": _ref("Job")},
                          "next_cursor": {"type": ["string", "null"]}},
                         ("jobs", "next_cursor")),
-        "Health": _obj({"status": {"const": "ok"}}, ("status",)),
+        "Health": _obj({"status": {"const": "ok"},
+                        "writes": {"const": "unavailable", "description":
+                                   "Present when a write cannot be made now (SQLite's write "
+                                   "lock held elsewhere, a full disk, a read-only server)."},
+                        "writes_detail": {"type": "string"}}, ("status",)),
         "Problem": _obj({
             "type": {"type": "string", "format": "uri-reference"},
             "title": {"type": "string"}, "status": _int(400, 599), "detail": {"type": "string"},

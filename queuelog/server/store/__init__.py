@@ -32,6 +32,7 @@ from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
+from queuelog.server.store.turns import WRITE_WAIT_SECONDS
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
@@ -78,8 +79,10 @@ class Store:
                  backoff_base: float = 2.0, backoff_cap: float = 3600.0,
                  lease_seconds: float = 300.0,
                  type_leases: Mapping[str, float] | None = None,
-                 type_limits: Mapping[str, Limits] | None = None) -> None:
-        self.engine = make_engine(url, sqlite_synchronous=sqlite_synchronous)
+                 type_limits: Mapping[str, Limits] | None = None,
+                 write_wait: float = WRITE_WAIT_SECONDS) -> None:
+        self.engine = make_engine(url, sqlite_synchronous=sqlite_synchronous,
+                                  write_wait=write_wait)
         self.backend = backends.of(self.engine)
         self.ctx = ctx = Context(self.engine, self.backend)
         self.notifier = ctx.notifier
@@ -137,9 +140,13 @@ class Store:
         from queuelog.server.store.migrate import upgrade  # Alembic loads only where needed
         upgrade(self.engine)
 
+    def write_problem(self) -> str | None:
+        """Why a write cannot be made now (for /healthz), or None."""
+        return self.backend.write_problem(self.engine)
+
     def close(self) -> None:
-        """Close pooled connections."""
-        self.engine.dispose()
+        """Close pooled connections (SQLite: the WAL copied back and truncated first)."""
+        self.backend.close(self.engine)
 
 
 for _part, _names in _VERBS.items():

@@ -17,7 +17,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 
 from queuelog.model.problems import ConfigError
-from queuelog.server.store.turns import WriteTurns
+from queuelog.server.store import liveness
+from queuelog.server.store.turns import WAL_SIZE_LIMIT, WRITE_WAIT_SECONDS, WriteTurns
 
 Clock = Callable[[], int]
 POOL = {"pool_size": 10, "max_overflow": 20, "pool_use_lifo": True}
@@ -45,12 +46,14 @@ def backend_name(url: str) -> str:
     return backend
 
 
-def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False) -> Engine:
-    """A pooled engine for ``url``, set up for its database."""
-    return _MAKERS[backend_name(url)](url, sqlite_synchronous, echo)
+def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = False,
+                write_wait: float = WRITE_WAIT_SECONDS) -> Engine:
+    """A pooled engine for ``url``, set up for its database; a writer waits at most
+    ``write_wait`` seconds for SQLite's write lock (turns.py)."""
+    return _MAKERS[backend_name(url)](url, sqlite_synchronous, echo, write_wait)
 
 
-def _sqlite_engine(url: str, sqlite_synchronous: str, echo: bool) -> Engine:
+def _sqlite_engine(url: str, sqlite_synchronous: str, echo: bool, write_wait: float) -> Engine:
     """WAL, a busy timeout, foreign keys and real transactions on every connection."""
     synchronous = sqlite_synchronous.upper()
     if synchronous not in SYNCHRONOUS_MODES:
@@ -63,22 +66,28 @@ def _sqlite_engine(url: str, sqlite_synchronous: str, echo: bool) -> Engine:
     database = database_file(engine)
     engine.__dict__[_TURNS] = WriteTurns(
         engine.execution_options(sqlite_immediate=True), wake_folder(engine),
-        wal=database + "-wal" if database and synchronous == "FULL" else None)
+        wal=database + "-wal" if database and synchronous == "FULL" else None,
+        wait=write_wait)
     return engine
 
 
-def _postgresql_engine(url: str, sqlite_synchronous: str, echo: bool) -> Engine:
-    """No pre-ping, a connect timeout."""
+def _postgresql_engine(url: str, sqlite_synchronous: str, echo: bool,
+                       write_wait: float) -> Engine:
+    """No pre-ping, a connect timeout, closed connections refused at checkout."""
     # No pool_pre_ping: its extra round trip per checkout cost ~30% of claim throughput.
-    # A connection that died meanwhile fails its request with a disconnect error instead
-    # (503, errors.py), and SQLAlchemy invalidates the whole pool on a disconnect.
+    # One the server closed while idle (a restart) is refused at checkout, before anything
+    # is sent (liveness.py); one that dies in use (a dropped socket) fails its request with
+    # a disconnect error instead (503, errors.py), and SQLAlchemy invalidates the whole pool
+    # on a disconnect. Nothing is retried blindly: the commit's outcome may be unknown.
     # connect_timeout: a host that does not answer fails a request in seconds.
     query = make_url(url).query
     connect_args = {} if "connect_timeout" in query else {"connect_timeout": 10}
-    return create_engine(url, echo=echo, **POOL, connect_args=connect_args)
+    engine = create_engine(url, echo=echo, **POOL, connect_args=connect_args)
+    event.listen(engine, "checkout", liveness.refuse_closed)  # closed by a restart
+    return engine
 
 
-_MAKERS: dict[str, Callable[[str, str, bool], Engine]] = {
+_MAKERS: dict[str, Callable[[str, str, bool, float], Engine]] = {
     "sqlite": _sqlite_engine, "postgresql": _postgresql_engine}
 
 
@@ -111,6 +120,7 @@ def _on_connect(dbapi_conn: Any, synchronous: str) -> None:
     cur.execute(f"PRAGMA synchronous={synchronous}")
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA wal_autocheckpoint=0")  # made out of the writers' turn: turns.py
+    cur.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")  # WAL cut back when reused
     cur.close()
 
 

@@ -138,10 +138,16 @@ class Jobs(Finishing):
                     out.next_due_in = (allow.next_due_us - now) / 1e6
             # Last before the commit: on PostgreSQL this locks the types' limiter rows, so
             # claims of one limited type take turns for these statements alone.
-            if rows and allow is not None and not claim_policy.settle(
-                    conn, self.limiter, self.configured_limits, allow, rows, now):
-                raise Overrun
+            if rows and allow is not None:
+                if not claim_policy.settle(conn, self.limiter, self.configured_limits,
+                                           allow, rows, now):
+                    raise Overrun
+                self._settled_claim(conn, now, rows)
         return out, rows
+
+    def _settled_claim(self, conn: Connection, now: int, rows: list[Any]) -> None:
+        """After a limited claim's settle, in its transaction: nothing more where the
+        reading was made under the write lock (SQLite), so ``now`` is exact."""
 
     def _first_reads(self, conn: Connection, now: int, key: str | None,
                      ) -> tuple[list[Any], list[Any], bool]:

@@ -29,6 +29,9 @@ from queuelog.server.store.locks import MIGRATE_LOCK
 
 SCRIPT_LOCATION = "queuelog.server:migrations"  # package resource: works from a wheel too
 BASELINE = "0001"
+# How long a process starting while another upgrades SQLite waits for its write lock: a
+# request's wait (WRITE_LOCK_WAIT_SECONDS) is too short for an upgrade that builds an index.
+UPGRADE_WAIT_SECONDS = 30.0
 
 
 def alembic_config(connection: Connection | None = None) -> Config:
@@ -63,7 +66,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     if before == head():
         return before, before  # the common start: one read, no lock taken
     db = backends.of(engine)
-    with db.writer(engine).begin() as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
+    with db.begin_waiting(engine, UPGRADE_WAIT_SECONDS) as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
         db.lock(conn, MIGRATE_LOCK)  # PostgreSQL: its DDL locks table by table
         return _upgrade(conn)
 

@@ -86,6 +86,10 @@ FAIL_NOW = {o: _DEAD.where(*HELD, *([OWN] if o else [])).returning(*jobs.c)
 ATTEMPT_END = (update(job_attempts)
                .where(job_attempts.c.job_id == b("jid"), job_attempts.c.attempt == b("att"))
                .values(finished_at=b("now"), outcome=b("outcome"), error=b("error")))
+# A limited claim's new attempts, stamped again once its settle has seen the slots free.
+RESTAMP = (update(job_attempts).values(started_at=b("later"))
+           .where(job_attempts.c.job_id.in_(b("ids", expanding=True)),
+                  job_attempts.c.started_at == b("now"), job_attempts.c.finished_at.is_(None)))
 BY_ID = select(jobs).where(jobs.c.id == b("jid"))
 BY_IDS = select(jobs).where(jobs.c.id.in_(b("ids", expanding=True)))
 EXPIRED = (select(jobs.c.id, jobs.c.attempt)

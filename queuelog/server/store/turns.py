@@ -24,11 +24,19 @@ synced here or copied by a checkpoint. Other writers on the file see a commit be
 synced; any write of theirs is appended after it and synced (here, or by FULL) before they
 answer, so nothing answered rests on a commit a crash can undo.
 
-Checkpoints are made out of turn (``CHECKPOINT_EVERY``). The flock has no timeout: it is
-held only across one write transaction of a queuelog process on this database, whose
-SQLite lock would stop the others just as long, and the kernel drops it when its holder
-dies. One engine per database per process: two engines' turns in one thread, one inside
-the other, would wait on each other's flock.
+Checkpoints are made out of turn (``CHECKPOINT_EVERY`` commits or ``CHECKPOINT_SECONDS``,
+whichever comes first; a TRUNCATE one when the store closes: ``finish``), and a WAL file
+grown past the dialect's ``journal_size_limit`` is cut back when it is next reused.
+
+A writer waits at most ``wait`` seconds (``WRITE_LOCK_WAIT_SECONDS``) for its turn and the
+lock, well inside a client's timeout, then gets ``WriteLockTimeout`` (a 503, errors.py):
+the process's mutex is taken with that timeout and the busy timeout of its ``BEGIN
+IMMEDIATE`` is what is left of it. The flock has no timeout: it is held only across one
+write transaction of a queuelog process on this database, whose own wait is bounded the
+same way, and the kernel drops it when its holder dies. One engine per database per
+process: two engines' turns in one thread, one inside the other, would wait on each
+other's flock; a write begun inside this thread's own write raises at once (it could
+only wait for the lock this thread holds).
 """
 from __future__ import annotations
 
@@ -36,8 +44,10 @@ import contextlib
 import fcntl
 import logging
 import os
+import sqlite3
 import threading
-from typing import Any, Iterator
+import time
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import Connection, Engine
 
@@ -49,6 +59,19 @@ LOCK_FILE = "write.lock"
 # fsyncs (measured here: 100-200 ms stalls); connections turn it off (dialect.py) and a
 # thread checkpoints after every CHECKPOINT_EVERY turns of its process, out of every turn.
 CHECKPOINT_EVERY = 200
+# ... and at most this long after a commit not yet checkpointed: a process that writes
+# little would otherwise never copy the WAL back (it grew to ten times the database).
+CHECKPOINT_SECONDS = 30.0
+# The WAL file's size kept after a checkpoint, when its next writer starts it over (the
+# dialect's journal_size_limit): the space of one busy stretch, not of the biggest ever.
+WAL_SIZE_LIMIT = 16 << 20
+# How long a writer waits for its turn and SQLite's lock by default (the setting
+# WRITE_LOCK_WAIT_SECONDS): a third of the Python client's 10 s timeout, so that a lock
+# held elsewhere (a sqlite3 shell, a stuck process) is answered 503 before clients give up.
+WRITE_WAIT_SECONDS = 5.0
+# The busy timeout of the connection that truncates the WAL when the store closes.
+_FINISH_WAIT_MS = 1000
+_BUSY = "queuelog_busy_ms"  # a writer connection's busy timeout now, in its pool record
 # Writers sharing one commit at most (group commit, ``WriteTurns``): bounds how long the
 # first of a burst waits for the others' statements.
 GROUP_MAX = 32
@@ -56,6 +79,10 @@ GROUP_MAX = 32
 _SAVEPOINT = "SAVEPOINT queuelog_writer"
 _RELEASE = "RELEASE queuelog_writer"
 _ROLLBACK_TO = "ROLLBACK TO queuelog_writer"
+
+
+class WriteLockTimeout(sqlite3.OperationalError):
+    """No write turn or write lock within the wait: "database is locked" (a 503)."""
 
 
 class _Group:
@@ -82,8 +109,10 @@ class WriteTurns:
     the group.
     """
 
-    def __init__(self, engine: Engine, folder: str | None, *, wal: str | None = None) -> None:
+    def __init__(self, engine: Engine, folder: str | None, *, wal: str | None = None,
+                 wait: float = WRITE_WAIT_SECONDS) -> None:
         self.engine = engine
+        self.wait = wait  # seconds a writer waits for its turn and the lock, at most
         self.path = None if folder is None else os.path.join(folder, LOCK_FILE)
         # The WAL file this process fdatasyncs after each group's commit, out of turn (the
         # module docstring): FULL's durability; None: each COMMIT syncs as configured.
@@ -98,6 +127,10 @@ class WriteTurns:
         self._pid = 0
         self._commits = 0                # this process's commits, for the checkpoints
         self._checkpointing = threading.Lock()
+        # The checkpoints' schedule reads this clock (a test moves it); ``_checkpointed``:
+        # when the last one began (at first, the first commit), None before any commit.
+        self.clock: Callable[[], float] = time.monotonic
+        self._checkpointed: float | None = None
 
     @property
     def dialect(self) -> Any:
@@ -105,23 +138,36 @@ class WriteTurns:
         return self.engine.dialect
 
     @contextlib.contextmanager
-    def begin(self) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE ... COMMIT) in this process's turn."""
+    def begin(self, wait: float | None = None) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE ... COMMIT) in this process's turn, waited
+        for at most ``wait`` seconds (default: ``self.wait``), else ``WriteLockTimeout``."""
         if self._owner == threading.get_ident():
-            # Nested in this thread's own write: a transaction of its own, which waits on
-            # SQLite alone (as it did before turns).
-            with self.engine.begin() as conn:
-                yield conn
-            return
+            # SQLite has one write lock, and this thread holds it (or will, for its group):
+            # a second transaction could only wait for it until the busy timeout.
+            raise RuntimeError("a write transaction begun inside this thread's own write "
+                               "transaction: use the connection already open")
+        limit = self.wait if wait is None else wait
+        deadline = time.monotonic() + limit
         with self._count:
             self._waiting += 1
-        self._mutex.acquire()
-        with self._count:
-            self._waiting -= 1
+        turn = orphan = False
+        try:
+            turn = self._mutex.acquire(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            with self._count:
+                self._waiting -= 1
+                # A turn that ended as this writer gave up may have left its group open
+                # for it (``_end_turn`` decides and frees the mutex under ``_count``):
+                # whoever gets the free mutex now closes that group.
+                orphan = not turn and self._mutex.acquire(blocking=False)
+        if not turn:
+            if orphan:
+                self._end_turn(self._group)
+            raise WriteLockTimeout(f"database is locked: no write turn within {limit:g} s")
         self._owner = threading.get_ident()
         group = None
         try:
-            group = self._group or self._open()
+            group = self._group or self._open(deadline)
             group.members += 1
             # Straight to the driver, as the BEGIN (dialect.py): SQLAlchemy's begin_nested
             # compiled a new SAVEPOINT clause for every writer (its name is new each
@@ -141,21 +187,30 @@ class WriteTurns:
             driver.execute(_RELEASE)  # type: ignore[union-attr]
         finally:
             self._owner = None
-            closing = group is not None and (group.error is not None
-                                             or group.members >= GROUP_MAX
-                                             or self._waiting == 0)
-            try:
-                if closing:
-                    self._close(group)  # type: ignore[arg-type]
-            finally:
-                self._mutex.release()
-                if closing:
-                    self._finish(group)  # type: ignore[arg-type]
+            self._end_turn(group)
         group.done.wait()  # outside the turn: the next writer may join the group meanwhile
         if group.error is not None:
             raise group.error
 
-    def _open(self) -> _Group:
+    def _end_turn(self, group: _Group | None) -> None:
+        """Free the mutex, leaving ``group`` open for the writers waiting, or else closing
+        it first (and answering its writers after). Decided under ``_count``, so that a
+        writer who stops waiting meanwhile sees the mutex held or a group to close."""
+        with self._count:
+            closing = group is not None and (group.error is not None
+                                             or group.members >= GROUP_MAX
+                                             or self._waiting == 0)
+            if not closing:
+                self._mutex.release()
+        if not closing:
+            return
+        try:
+            self._close(group)  # type: ignore[arg-type]
+        finally:
+            self._mutex.release()
+            self._finish(group)  # type: ignore[arg-type]
+
+    def _open(self, deadline: float) -> _Group:
         """A new group: a pooled connection, the file lock between processes, then BEGIN
         IMMEDIATE (the lock is taken last: other processes wait for the SQL alone)."""
         conn = self.engine.connect()
@@ -169,6 +224,7 @@ class WriteTurns:
             if fd is not None:
                 fcntl.flock(fd, fcntl.LOCK_EX)
             try:
+                _busy_until(conn, deadline)
                 self._group = _Group(conn, fd, deferred)
             except BaseException:
                 _unlock(fd)
@@ -203,8 +259,13 @@ class WriteTurns:
                 if not committed:
                     _unlock(group.fd)
         self._commits += 1
-        if self._commits % CHECKPOINT_EVERY == 0 and self._checkpointing.acquire(
-                blocking=False):
+        now = self.clock()
+        if self._checkpointed is None:
+            self._checkpointed = now  # the first commit not copied yet starts the clock
+        if (self._commits % CHECKPOINT_EVERY == 0
+                or now - self._checkpointed >= CHECKPOINT_SECONDS) \
+                and self._checkpointing.acquire(blocking=False):
+            self._checkpointed = now
             # In a thread of its own: the writers whose commit came due are answered now,
             # not after the copy and its fsync (in it, they were a 40-sample bench's p99).
             threading.Thread(target=self._checkpoint, daemon=True,
@@ -250,6 +311,24 @@ class WriteTurns:
             conn.close()
             self._checkpointing.release()
 
+    def finish(self) -> None:
+        """Copy the whole WAL into the database and cut the file to nothing (a TRUNCATE
+        checkpoint), for a store that is closing; skipped if the lock stays taken."""
+        try:
+            conn = self.engine.raw_connection()
+        except Exception as e:  # noqa: BLE001 - no database file: nothing to copy
+            log.debug("WAL truncation skipped: %s", e)
+            return
+        try:
+            cursor = conn.cursor()
+            cursor.execute(f"PRAGMA busy_timeout={_FINISH_WAIT_MS}")
+            conn.info[_BUSY] = _FINISH_WAIT_MS
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except Exception as e:  # noqa: BLE001 - the next store's checkpoints copy it
+            log.debug("WAL truncation skipped: %s", e)
+        finally:
+            conn.close()
+
     def _lock_file(self) -> int | None:
         """This process's descriptor of the lock file (opened again after a fork: a
         child sharing its parent's open file would share its lock, too)."""
@@ -260,6 +339,17 @@ class WriteTurns:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             self._pid = os.getpid()
         return self._fd
+
+
+def _busy_until(conn: Connection, deadline: float) -> None:
+    """Let the BEGIN IMMEDIATE about to run on ``conn`` wait for SQLite's lock until
+    ``deadline`` at most (set only when it differs from the connection's last value by
+    more than a tenth of a second: the common writer keeps its ``wait``)."""
+    busy_ms = max(0, int((deadline - time.monotonic()) * 1000))
+    if abs(conn.info.get(_BUSY, -1_000) - busy_ms) > 100:
+        conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
+            f"PRAGMA busy_timeout={busy_ms}")
+        conn.info[_BUSY] = busy_ms
 
 
 def _fdatasync(path: str) -> None:

@@ -65,6 +65,19 @@ class Backend:
         (so the pool's reset has nothing to send, and a failure is the caller's)."""
         raise NotImplementedError
 
+    def begin_waiting(self, engine: Engine, wait: float) -> Any:
+        """A write transaction that waits up to ``wait`` seconds for its lock (an upgrade
+        at start, longer than a request's wait)."""
+        raise NotImplementedError
+
+    def write_problem(self, engine: Engine) -> str | None:
+        """Why a write cannot be made now (for /healthz), or None."""
+        raise NotImplementedError
+
+    def close(self, engine: Engine) -> None:
+        """Close the engine's pooled connections, leaving the database tidy."""
+        raise NotImplementedError
+
     # -- locks -----------------------------------------------------------------------------
     def lock(self, conn: Any, key: int) -> None:
         """Hold a lock named ``key`` until the transaction ends."""

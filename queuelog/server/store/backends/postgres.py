@@ -62,6 +62,20 @@ class PostgresBackend(Backend):
         of their own (two of a single enqueue's four round trips)."""
         return write.connect().execution_options(isolation_level="AUTOCOMMIT")
 
+    def begin_waiting(self, engine: Engine, wait: float) -> Any:
+        """A transaction: row and advisory locks wait as long as they must."""
+        return engine.begin()
+
+    def write_problem(self, engine: Engine) -> str | None:
+        """Whether the server takes writes: not a standby, not in read-only mode."""
+        with engine.connect() as conn:
+            writable = conn.execute(sql.WRITABLE).scalar()
+        return None if writable else "the database is read-only (a standby, or read-only mode)"
+
+    def close(self, engine: Engine) -> None:
+        """The pool closed."""
+        engine.dispose()
+
     def read_one(self, raw: Any, sql_text: str, params: tuple[Any, ...]) -> Any:
         """In autocommit: the statement alone, without a BEGIN and a ROLLBACK."""
         driver = raw.driver_connection
@@ -162,6 +176,15 @@ class PostgresJobs(Jobs):
         params = {"now": now, "wkr": worker, "slot_types": sorted(self.slot_types),
                   "channel": CHANNEL, **items_json(items)}
         return (self._complete_full if full else self._complete_done).rows(conn, params), True
+
+    def _settled_claim(self, conn: Connection, now: int, rows: list[Any]) -> None:
+        """The attempts stamped again: ``now`` was read before the reads and the settle,
+        and a slot they found free may have been freed by a completion stamped after it;
+        the attempts start no earlier than the settle saw that (else the history shows
+        an overlap of a limited type's jobs that never happened)."""
+        later = self.clock()
+        if later > now:
+            conn.execute(st.RESTAMP, {"later": later, "now": now, "ids": [r.id for r in rows]})
 
     def _claim_in_turn(self, worker: str, max_jobs: int, lease_seconds: float | None,
                        types: Sequence[str] | None, key: str | None, *,

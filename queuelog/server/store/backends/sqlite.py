@@ -1,6 +1,7 @@
 """SQLite: WAL, one writer at a time (BEGIN IMMEDIATE in turns), indexes pinned by INDEXED BY."""
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -11,7 +12,7 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
-from queuelog.server.store.engine import write_turns
+from queuelog.server.store.engine import database_file, write_turns
 from queuelog.server.store.finish import Item
 from queuelog.server.store.jobs import Jobs
 from queuelog.server.store.notifier import Notifier, SQLiteNotifier
@@ -20,6 +21,8 @@ from queuelog.server.store.sql import sqlite as sql
 from queuelog.server.store.tables import job_attempts, jobs
 
 MIN_PAUSE = 0.002  # seconds; see SQLiteBackend.yield_lock
+PROBE_WAIT_SECONDS = 1.0  # how long /healthz's write probe waits for the turn and lock
+DISK_FULL_BYTES = 1 << 20  # free space under which writes are told impossible
 _ATTEMPT_COLUMNS = ("job_id", "attempt", "worker_id", "started_at", "outcome")
 
 
@@ -53,6 +56,33 @@ class SQLiteBackend(Backend):
     def one_statement(self, write: Any) -> Any:
         """A transaction like any other: SQLite has no round trips to save."""
         return write.begin()
+
+    def begin_waiting(self, engine: Engine, wait: float) -> Any:
+        """A write turn that waits up to ``wait`` seconds (not the request's bound)."""
+        return write_turns(engine).begin(wait=wait)
+
+    def write_problem(self, engine: Engine) -> str | None:
+        """A full disk (a commit cannot extend the WAL file: "database or disk is full",
+        while reads and /healthz's ping go on), or no write turn and lock within
+        ``PROBE_WAIT_SECONDS`` (taken and given back, nothing written)."""
+        database = database_file(engine)
+        if database is not None:
+            stat = os.statvfs(os.path.dirname(database))
+            if stat.f_bavail * stat.f_frsize < DISK_FULL_BYTES:
+                return "the disk holding the database is full"
+        try:
+            with write_turns(engine).begin(wait=PROBE_WAIT_SECONDS):
+                pass
+        except Exception as e:  # noqa: BLE001 - the reason is the answer
+            reason = (str(getattr(e, "orig", None) or e).strip().splitlines() or [""])[0]
+            return f"no write lock within {PROBE_WAIT_SECONDS:g} s ({reason})"
+        return None
+
+    def close(self, engine: Engine) -> None:
+        """The WAL copied back and cut to nothing first, so that a clean stop leaves no WAL
+        file to grow from; then the pool closed."""
+        write_turns(engine).finish()
+        engine.dispose()
 
     def read_one(self, raw: Any, sql_text: str, params: tuple[Any, ...]) -> Any:
         """The row, then the read's transaction ended."""

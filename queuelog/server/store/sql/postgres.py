@@ -27,6 +27,8 @@ COMPLETE = (
     "AND job_attempts.attempt = done.attempt) SELECT {returning}, CASE WHEN done.type = "
     "ANY(CAST(:slot_types AS VARCHAR[])) THEN pg_notify(:channel, '') END AS notified "
     "FROM done")
+WRITABLE = text("SELECT NOT pg_is_in_recovery() "
+                "AND current_setting('transaction_read_only') = 'off'")
 ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
 NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=CHANNEL)
 # Two folds at once: the second's DELETE waits on the first's rows and then finds them
