@@ -296,3 +296,11 @@ def test_the_verbs_keep_their_contract(run: Callable[[Store, Any], None], store:
                                        clock: Any) -> None:
     """Each case once per backend (the ``store`` fixture runs on SQLite and PostgreSQL)."""
     run(store, clock)
+
+
+def test_a_store_that_can_write_says_so_and_closes_tidy(store: Store) -> None:
+    """The backend's own verbs beside the Store's: the write probe (/healthz) and close."""
+    add(store)
+    assert store.write_problem() is None
+    store.close()
+    assert store.get(1).status is Status.PENDING  # a closed pool opens again on use

@@ -89,7 +89,7 @@ def test_a_wake_up_never_removes_the_writers_lock_file(tmp_path: Path):
 def test_the_wal_is_checkpointed_out_of_turn(tmp_path: Path):
     """SQLite's own checkpoint is off (it would run inside a writer's turn); the writers'
     checkpoints still copy the WAL into the database file."""
-    from queuelog.server.store.turns import CHECKPOINT_EVERY
+    from queuelog.server.store.wal import CHECKPOINT_EVERY
     url = f"sqlite:///{tmp_path}/ckpt.db"
     store = Store(url, sqlite_synchronous="NORMAL")
     store.create_schema()
@@ -106,7 +106,7 @@ def test_the_write_that_comes_due_does_not_wait_for_the_checkpoint(tmp_path: Pat
                                                                    monkeypatch: Any):
     """The checkpoint runs in a thread of its own: the write whose turn came due returns
     while the copy (here held) is still going, and a second is not started meanwhile."""
-    from queuelog.server.store import turns
+    from queuelog.server.store import wal
     started, release = threading.Event(), threading.Event()
     runs: list[int] = []
 
@@ -116,14 +116,14 @@ def test_the_write_that_comes_due_does_not_wait_for_the_checkpoint(tmp_path: Pat
         release.wait(10)
         self._checkpointing.release()
 
-    monkeypatch.setattr(turns.WriteTurns, "_checkpoint", held)
+    monkeypatch.setattr(wal.Checkpoints, "_checkpoint", held)
     store = Store(f"sqlite:///{tmp_path}/held.db", sqlite_synchronous="NORMAL")
     store.create_schema()
     try:
         done = threading.Event()
 
         def writes() -> None:
-            for _ in range(2 * turns.CHECKPOINT_EVERY + 1):
+            for _ in range(2 * wal.CHECKPOINT_EVERY + 1):
                 store.enqueue(NewJob("p", "email", "{}", 0, 3))
             done.set()
 
@@ -312,13 +312,12 @@ def test_a_quiet_process_checkpoints_on_a_schedule_and_the_wal_is_cut_back(tmp_p
     """Fewer commits than CHECKPOINT_EVERY still get checkpointed once CHECKPOINT_SECONDS
     have passed since the first of them; the WAL, grown past journal_size_limit meanwhile,
     is cut back to it when the next writer starts it over."""
-    from queuelog.server.store.turns import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS,
-                                             WAL_SIZE_LIMIT)
+    from queuelog.server.store.wal import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, WAL_SIZE_LIMIT
     store = Store(f"sqlite:///{tmp_path}/quiet.db", sqlite_synchronous="NORMAL")
     store.create_schema()
     turns = store.ctx.write
-    now = [turns.clock()]  # the schema's commits went by this clock already
-    turns.clock = lambda: now[0]
+    now = [turns.checkpoints.clock()]  # the schema's commits went by this clock already
+    turns.checkpoints.clock = lambda: now[0]
     wal = tmp_path / "quiet.db-wal"
     big = '{"pad": "' + "x" * 500_000 + '"}'
     commits = 2 * WAL_SIZE_LIMIT // 500_000
@@ -329,7 +328,7 @@ def test_a_quiet_process_checkpoints_on_a_schedule_and_the_wal_is_cut_back(tmp_p
     before = (tmp_path / "quiet.db").stat().st_size
     now[0] += CHECKPOINT_SECONDS
     store.enqueue(NewJob("p", "email", "{}", 0, 3))  # came due: the checkpoint's thread
-    until(lambda: not turns._checkpointing.locked())
+    until(lambda: not turns.checkpoints._checkpointing.locked())
     assert (tmp_path / "quiet.db").stat().st_size > before + WAL_SIZE_LIMIT
     store.enqueue(NewJob("p", "email", "{}", 0, 3))  # the WAL starts over, cut back
     assert wal.stat().st_size <= WAL_SIZE_LIMIT

@@ -30,7 +30,7 @@ def hash_token(token: str) -> str:
 # The active key of a token (``th``: its hash). A key whose name is also a username (an
 # older database; the commands refuse to make one now) is refused, so that it can never act
 # as that person (one name space). Every Bearer request runs it (``key_for_token``), and a
-# claim that waited runs it again with its first reads (``Queue.claim_many``).
+# claim that waited runs it again with its first reads (``Jobs.claim_many``).
 ACTIVE_KEY = (select(api_keys.c.name, api_keys.c.role, api_keys.c.token_hash, api_keys.c.types,
                      api_keys.c.max_priority, api_keys.c.created_at)
               .where(api_keys.c.token_hash == bindparam("th"), api_keys.c.revoked_at.is_(None),

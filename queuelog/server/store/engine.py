@@ -18,7 +18,8 @@ from sqlalchemy.engine import make_url
 
 from queuelog.model.problems import ConfigError
 from queuelog.server.store import liveness
-from queuelog.server.store.turns import WAL_SIZE_LIMIT, WRITE_WAIT_SECONDS, WriteTurns
+from queuelog.server.store.turns import WRITE_WAIT_SECONDS, WriteTurns
+from queuelog.server.store.wal import WAL_SIZE_LIMIT
 
 Clock = Callable[[], int]
 POOL = {"pool_size": 10, "max_overflow": 20, "pool_use_lifo": True}

@@ -3,8 +3,9 @@
 SQLAlchemy's per-call execution path (the compiled-cache lookup, parameter processing, an
 execution context and a ``Result``) cost about 130 us a statement here, against 35 us
 for sqlite3's own ``execute`` (cProfile of a single claim: four statements, 660 us of its
-1.2 ms). The job verbs' statements stay declared once, as Core, in queue.py and
-enqueue.py; ``Prepared`` compiles each once for the store's dialect and runs the SQL text
+1.2 ms). The job verbs' statements stay declared once, as Core or named text
+(statements.py, backends/, sql/, enqueue.py); ``Prepared`` compiles each once for the
+store's dialect and runs the SQL text
 on the DBAPI cursor of the SQLAlchemy transaction it is given, so BEGIN, COMMIT, the pool
 and the wake-up hooks are SQLAlchemy's as before. A driver error is raised through
 SQLAlchemy's own translation: callers see ``IntegrityError`` and the rest, and a
@@ -14,6 +15,12 @@ Bound values go through the types' bind processors as SQLAlchemy's would; rows c
 back as the driver gives them (integers, text, floats and NULL: all these tables hold),
 with no result processing: a statement whose columns need it (a JSON or DateTime type)
 does not belong here.
+
+This reads SQLAlchemy's private parts (a compiled statement's ``_bind_processors``, the
+connection's ``_handle_dbapi_exception`` and ``_has_events``, ``_generate_cache_key``,
+the ``__[POSTCOMPILE_x]`` markers), so pyproject.toml pins SQLAlchemy below its next minor
+(2.2); tests/unit/test_prepared.py fails where one of them changed. What it saves is
+measured by bench/bench_prepared.py.
 """
 from __future__ import annotations
 

@@ -24,9 +24,7 @@ synced here or copied by a checkpoint. Other writers on the file see a commit be
 synced; any write of theirs is appended after it and synced (here, or by FULL) before they
 answer, so nothing answered rests on a commit a crash can undo.
 
-Checkpoints are made out of turn (``CHECKPOINT_EVERY`` commits or ``CHECKPOINT_SECONDS``,
-whichever comes first; a TRUNCATE one when the store closes: ``finish``), and a WAL file
-grown past the dialect's ``journal_size_limit`` is cut back when it is next reused.
+Checkpoints are made out of turn, and the WAL kept small (wal.py).
 
 A writer waits at most ``wait`` seconds (``WRITE_LOCK_WAIT_SECONDS``) for its turn and the
 lock, well inside a client's timeout, then gets ``WriteLockTimeout`` (a 503, errors.py):
@@ -42,36 +40,23 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import os
 import sqlite3
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from sqlalchemy import Connection, Engine
 
-log = logging.getLogger(__name__)
+from queuelog.server.store.wal import _BUSY, Checkpoints, fdatasync, sync_again
+
 
 LOCK_FILE = "write.lock"
-# SQLite's own checkpoint runs inside the COMMIT that fills the WAL past 1,000 pages, and so
-# inside that writer's turn, where it would stop every writer for as long as it copies and
-# fsyncs (measured here: 100-200 ms stalls); connections turn it off (dialect.py) and a
-# thread checkpoints after every CHECKPOINT_EVERY turns of its process, out of every turn.
-CHECKPOINT_EVERY = 200
-# ... and at most this long after a commit not yet checkpointed: a process that writes
-# little would otherwise never copy the WAL back (it grew to ten times the database).
-CHECKPOINT_SECONDS = 30.0
-# The WAL file's size kept after a checkpoint, when its next writer starts it over (the
-# dialect's journal_size_limit): the space of one busy stretch, not of the biggest ever.
-WAL_SIZE_LIMIT = 16 << 20
 # How long a writer waits for its turn and SQLite's lock by default (the setting
 # WRITE_LOCK_WAIT_SECONDS): a third of the Python client's 10 s timeout, so that a lock
 # held elsewhere (a sqlite3 shell, a stuck process) is answered 503 before clients give up.
 WRITE_WAIT_SECONDS = 5.0
-# The busy timeout of the connection that truncates the WAL when the store closes.
-_FINISH_WAIT_MS = 1000
-_BUSY = "queuelog_busy_ms"  # a writer connection's busy timeout now, in its pool record
+
 # Writers sharing one commit at most (group commit, ``WriteTurns``): bounds how long the
 # first of a burst waits for the others' statements.
 GROUP_MAX = 32
@@ -125,12 +110,7 @@ class WriteTurns:
         self._group: _Group | None = None
         self._fd: int | None = None
         self._pid = 0
-        self._commits = 0                # this process's commits, for the checkpoints
-        self._checkpointing = threading.Lock()
-        # The checkpoints' schedule reads this clock (a test moves it); ``_checkpointed``:
-        # when the last one began (at first, the first commit), None before any commit.
-        self.clock: Callable[[], float] = time.monotonic
-        self._checkpointed: float | None = None
+        self.checkpoints = Checkpoints(engine)  # the WAL copied back, out of every turn
 
     @property
     def dialect(self) -> Any:
@@ -251,32 +231,21 @@ class WriteTurns:
                 if committed:  # the next process may write meanwhile
                     _unlock(group.fd)
                 if group.deferred:
-                    _sync_again(group.conn, committed)
+                    sync_again(group.conn, committed)
                 # Back to the pool (its check-in sends the wake-ups: dialect.py); a
                 # transaction left open is rolled back, before the lock is freed.
                 group.conn.close()
             finally:
                 if not committed:
                     _unlock(group.fd)
-        self._commits += 1
-        now = self.clock()
-        if self._checkpointed is None:
-            self._checkpointed = now  # the first commit not copied yet starts the clock
-        if (self._commits % CHECKPOINT_EVERY == 0
-                or now - self._checkpointed >= CHECKPOINT_SECONDS) \
-                and self._checkpointing.acquire(blocking=False):
-            self._checkpointed = now
-            # In a thread of its own: the writers whose commit came due are answered now,
-            # not after the copy and its fsync (in it, they were a 40-sample bench's p99).
-            threading.Thread(target=self._checkpoint, daemon=True,
-                             name="queuelog-checkpoint").start()
+        self.checkpoints.committed()
 
     def _finish(self, group: _Group) -> None:
         """Sync the group's commit (if deferred: out of every lock), then answer its
         writers, whatever happened: no writer waits forever."""
         try:
             if group.deferred and group.error is None:
-                _fdatasync(self.wal)  # type: ignore[arg-type]
+                fdatasync(self.wal)  # type: ignore[arg-type]
         except BaseException as e:  # noqa: BLE001 - every writer of the group raises it
             group.error = e
         finally:
@@ -299,35 +268,9 @@ class WriteTurns:
         driver.execute("PRAGMA synchronous=NORMAL")  # type: ignore[union-attr]
         return True
 
-    def _checkpoint(self) -> None:
-        """Copy the WAL into the database, outside every turn (writers go on meanwhile);
-        one checkpointer per process at a time (its caller took ``_checkpointing``)."""
-        conn = self.engine.raw_connection()  # the driver's own: outside any transaction
-        try:
-            conn.cursor().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except Exception as e:  # noqa: BLE001 - one not made now is made by the next
-            log.debug("WAL checkpoint skipped: %s", e)
-        finally:
-            conn.close()
-            self._checkpointing.release()
-
     def finish(self) -> None:
-        """Copy the whole WAL into the database and cut the file to nothing (a TRUNCATE
-        checkpoint), for a store that is closing; skipped if the lock stays taken."""
-        try:
-            conn = self.engine.raw_connection()
-        except Exception as e:  # noqa: BLE001 - no database file: nothing to copy
-            log.debug("WAL truncation skipped: %s", e)
-            return
-        try:
-            cursor = conn.cursor()
-            cursor.execute(f"PRAGMA busy_timeout={_FINISH_WAIT_MS}")
-            conn.info[_BUSY] = _FINISH_WAIT_MS
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
-        except Exception as e:  # noqa: BLE001 - the next store's checkpoints copy it
-            log.debug("WAL truncation skipped: %s", e)
-        finally:
-            conn.close()
+        """The store is closing: the WAL copied back and cut to nothing (wal.py)."""
+        self.checkpoints.finish()
 
     def _lock_file(self) -> int | None:
         """This process's descriptor of the lock file (opened again after a fork: a
@@ -350,29 +293,6 @@ def _busy_until(conn: Connection, deadline: float) -> None:
         conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
             f"PRAGMA busy_timeout={busy_ms}")
         conn.info[_BUSY] = busy_ms
-
-
-def _fdatasync(path: str) -> None:
-    """Flush a file's data to the disk (opened by name each time: no descriptor to
-    outlive a WAL file that SQLite removed and made again)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
-def _sync_again(conn: Connection, committed: bool) -> None:
-    """Put a deferring group's connection back to FULL before the pool has it again; if
-    its transaction is still open (a failed commit), drop the connection instead."""
-    if committed:
-        try:
-            conn.connection.dbapi_connection.execute(  # type: ignore[union-attr]
-                "PRAGMA synchronous=FULL")
-            return
-        except Exception:  # noqa: BLE001 - a connection that refuses is not kept
-            pass
-    conn.invalidate()
 
 
 def _unlock(fd: int | None) -> None:
