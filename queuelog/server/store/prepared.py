@@ -25,6 +25,7 @@ measured by bench/bench_prepared.py.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import re
 import threading
 from typing import Any, Mapping, Sequence
@@ -42,7 +43,7 @@ _ROW_TEXTS_KEPT = 16
 
 # Compiled statements shared by every store of the process, by ``_compile_key``: a process
 # that makes several stores (the test suite, an embedding app) compiles each statement once.
-_COMPILED: LRUCache[Any, dict[str, Any]] = LRUCache(maxsize=2048)
+_COMPILED: LRUCache[Any, "_Compiled"] = LRUCache(maxsize=2048)
 _COMPILED_LOCK = threading.Lock()
 
 
@@ -63,6 +64,41 @@ def _compile_key(statement: Any, dialect: SADialect) -> Any | None:
     return key
 
 
+@dataclasses.dataclass(frozen=True)
+class _Compiled:
+    """A statement compiled for one dialect: what every ``Prepared`` of it reads."""
+
+    processors: dict[str, Any]     # bind processors, as SQLAlchemy would apply them
+    sql: str
+    positional: bool
+    names: tuple[str, ...]         # the positional parameters' names, in order
+    defaults: dict[str, Any]       # values bound when the statement was built
+    expanding: frozenset[str]
+    lists: tuple[str, ...]
+    row_lists: frozenset[str]
+    mark: str
+
+
+def _compile(statement: Any, dialect: SADialect) -> _Compiled:
+    """Compile ``statement`` for ``dialect``: its SQL text, parameters and defaults."""
+    compiled = statement.compile(dialect=dialect)
+    sql = compiled.string
+    positional = bool(compiled.positional)
+    expanding = frozenset(_EXPANDING.findall(sql))
+    row_lists = frozenset(_VALUES_ROWS.findall(sql))
+    if row_lists and not positional:  # SQLite's alone (qmark) needs them
+        raise NotImplementedError("VALUES row lists take positional parameters")
+    # Bound values as SQLAlchemy would send them (e.g. Float's); rows come back as the
+    # driver gives them, which for these tables' types is what SQLAlchemy gives too.
+    return _Compiled(
+        processors=dict(compiled._bind_processors), sql=sql, positional=positional,
+        names=tuple(compiled.positiontup or ()),
+        defaults={name: bind.effective_value for name, bind in compiled.binds.items()
+                  if not bind.required},
+        expanding=expanding, lists=tuple(sorted(expanding)), row_lists=row_lists,
+        mark={"qmark": "?", "format": "%s"}.get(dialect.paramstyle, ""))
+
+
 class Prepared:
     """One Core statement compiled for one dialect; ``rows``, ``run`` and ``many`` run it."""
 
@@ -71,33 +107,22 @@ class Prepared:
         with _COMPILED_LOCK:  # stores may be made in several threads; the LRU order is state
             made = _COMPILED.get(key) if key is not None else None
         if made is None:
-            self._compile(statement, dialect)
-            made = {k: v for k, v in vars(self).items() if k != "_texts"}
+            made = _compile(statement, dialect)
             if key is not None:
                 with _COMPILED_LOCK:
                     _COMPILED[key] = made
-        # Shared with the other stores: every attribute here is only read after this.
-        vars(self).update(made)
+        # Shared with the other stores (only read). Set one by one, in the same order in
+        # every instance: the hot path reads them as plain instance attributes.
+        self.processors = made.processors
+        self.sql = made.sql
+        self.positional = made.positional
+        self.names = made.names
+        self.defaults = made.defaults
+        self.expanding = made.expanding
+        self._lists = made.lists
+        self.row_lists = made.row_lists
+        self.mark = made.mark
         self._texts: dict[tuple[int, ...], str] = {}
-
-    def _compile(self, statement: Any, dialect: SADialect) -> None:
-        """Compile ``statement`` for ``dialect``: its SQL text, parameters and defaults."""
-        compiled = statement.compile(dialect=dialect)
-        # Bound values as SQLAlchemy would send them (e.g. Float's); rows come back as the
-        # driver gives them, which for these tables' types is what SQLAlchemy gives too.
-        self.processors: dict[str, Any] = dict(compiled._bind_processors)
-        self.sql: str = compiled.string
-        self.positional: bool = bool(compiled.positional)
-        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
-        # Values bound when the statement was built (literals, .values(x=None)).
-        self.defaults: dict[str, Any] = {name: bind.effective_value for name, bind
-                                         in compiled.binds.items() if not bind.required}
-        self.expanding: frozenset[str] = frozenset(_EXPANDING.findall(self.sql))
-        self._lists: tuple[str, ...] = tuple(sorted(self.expanding))
-        self.row_lists: frozenset[str] = frozenset(_VALUES_ROWS.findall(self.sql))
-        if self.row_lists and not self.positional:  # SQLite's alone (qmark) needs them
-            raise NotImplementedError("VALUES row lists take positional parameters")
-        self.mark: str = {"qmark": "?", "format": "%s"}.get(dialect.paramstyle, "")
 
     def rows(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Run with ``params``; every row, as a named tuple (``row.id``, ``row._mapping``)."""

@@ -190,7 +190,9 @@ class SQLiteJobs(Jobs):
         """One UPDATE of the items' jobs, then one of their attempts."""
         params = {"now": now, "wkr": worker, **items_json(items)}
         rows = (self._complete_full if full else self._complete_done).rows(conn, params)
-        if rows:
+        if len(rows) == len(items):  # every item completed: its attempt closed as sent
+            self._close_attempts.run(conn, params)
+        elif rows:
             done = {r.id for r in rows}
             self._close_attempts.run(conn, {"now": now, **items_json(
                 [(job_id, attempt) for job_id, attempt, _ in items if job_id in done])})
