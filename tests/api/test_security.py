@@ -375,7 +375,7 @@ def test_v08_sql_looking_input_is_data(client, producer, admin, store):
 # Interpolations of trusted, non-request values only: Enum members' ``.value`` (statuses
 # written as literals so SQLite can match partial indexes) and the checked PRAGMA word.
 # Names whose values the store computes itself: a checked setting, whole numbers (PRAGMAs).
-_TRUSTED = {"synchronous", "busy_ms", "WAL_SIZE_LIMIT", "_FINISH_WAIT_MS"}
+_TRUSTED = {"synchronous", "busy_ms", "WAL_SIZE_LIMIT", "FINISH_WAIT_MS"}
 # Reviewed one by one: formats that splice only static SQL fragments chosen in the code.
 # The SQLite claim text: ``index``, ``typed`` and ``policy`` are SQL of the store's own, never
 # a value, and so is the per-type walk it is wrapped in.
