@@ -18,7 +18,7 @@ from queuelog.server.store.engine import upgrade_on_start
 
 def init_app(app: Flask, *, waiting: bool = False) -> Store:
     """Create the app's store from its config and create the schema; ``waiting`` (a
-    server starting): a database that does not answer is tried again for the dialect's
+    server starting): a database that does not answer is tried again for the backend's
     ``boot_wait_seconds`` (PostgreSQL restarting) before that stops the start."""
     url = app.config["DATABASE_URL"]
     try:

@@ -1,4 +1,4 @@
-"""The common claim in one statement (store/queue.py ``_claim_alone``), on both backends.
+"""The common claim in one statement (store/backends/postgres.py ``_claim_alone``), on both backends.
 
 On PostgreSQL a claim with nothing in its way is one guarded statement: no lease run out,
 the waiting claim's key still active, no limiter row. Each test first claims once, so the

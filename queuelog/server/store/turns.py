@@ -53,7 +53,7 @@ from queuelog.server.store.wal import _BUSY, Checkpoints, fdatasync, sync_again
 
 LOCK_FILE = "write.lock"
 # How long a writer waits for its turn and SQLite's lock by default (the setting
-# WRITE_LOCK_WAIT_SECONDS): a third of the Python client's 10 s timeout, so that a lock
+# WRITE_LOCK_WAIT_SECONDS): half the Python client's 10 s timeout, so that a lock
 # held elsewhere (a sqlite3 shell, a stuck process) is answered 503 before clients give up.
 WRITE_WAIT_SECONDS = 5.0
 
@@ -76,7 +76,7 @@ class _Group:
     def __init__(self, conn: Connection, fd: int | None, deferred: bool) -> None:
         self.conn, self.fd = conn, fd
         self.deferred = deferred  # its COMMIT skips the fsync; ``WriteTurns._finish`` syncs
-        self.transaction = conn.begin()  # BEGIN IMMEDIATE (dialect.py): the write lock
+        self.transaction = conn.begin()  # BEGIN IMMEDIATE (engine.py): the write lock
         self.members = 0
         self.done = threading.Event()
         self.error: BaseException | None = None
@@ -149,12 +149,12 @@ class WriteTurns:
         try:
             group = self._group or self._open(deadline)
             group.members += 1
-            # Straight to the driver, as the BEGIN (dialect.py): SQLAlchemy's begin_nested
+            # Straight to the driver, as the BEGIN (engine.py): SQLAlchemy's begin_nested
             # compiled a new SAVEPOINT clause for every writer (its name is new each
             # time), an eighth of a batch enqueue's Python time under gunicorn.
             driver = group.conn.connection.dbapi_connection
             driver.execute(_SAVEPOINT)  # type: ignore[union-attr]
-            # What a write notes on its connection for the commit (a wake-up: dialect.py)
+            # What a write notes on its connection for the commit (a wake-up: notifier.py)
             # is undone with it.
             noted = dict(group.conn.info)
             try:
@@ -232,7 +232,7 @@ class WriteTurns:
                     _unlock(group.fd)
                 if group.deferred:
                     sync_again(group.conn, committed)
-                # Back to the pool (its check-in sends the wake-ups: dialect.py); a
+                # Back to the pool (its check-in sends the wake-ups: notifier.py); a
                 # transaction left open is rolled back, before the lock is freed.
                 group.conn.close()
             finally:
