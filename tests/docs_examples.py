@@ -127,7 +127,7 @@ def _adjacent(text: str, first: Block, second: Block) -> bool:
 
 
 def walkthrough(text: str) -> str:
-    """The README's walk-through: the part every docs page runs after."""
+    """The walk-through (docs/walkthrough.md): the part every docs page runs after."""
     return text[text.index(BEGIN):text.index(END)]
 
 

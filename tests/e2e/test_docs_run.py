@@ -1,7 +1,7 @@
 """The docs cannot drift: every page's examples run, in order, against a live ``queuelog run``.
 
-The convention is in tests/docs_examples.py. README.md runs as it is; each page of docs/ runs
-after the README's walk-through (its keys, jobs and shell variables are the page's starting
+The convention is in tests/docs_examples.py. docs/walkthrough.md runs as it is; every other page of docs/ runs
+after that walk-through (its keys, jobs and shell variables are the page's starting
 point: the walk-through runs once, and each page gets a copy of its database and scratch
 directory), on a server of its own, in a scratch directory where ``examples/`` is the checkout's.
 """
@@ -26,10 +26,11 @@ from helpers import once_per_run
 
 MARK = "@@docs-step@@"
 BIN = os.path.dirname(sys.executable)  # where pip put the ``queuelog`` script
-README = ROOT / "README.md"
+# The walk-through: run as it is, and the state every other page starts from.
+WALKTHROUGH = ROOT / "docs" / "walkthrough.md"
 # The pages with examples to run (a page of prose alone is still parsed, in tests/unit).
 PAGES = [p for p in sorted((ROOT / "docs").glob("**/*.md"))
-         if page_steps(p.read_text(encoding="utf-8"), p.name)]
+         if p != WALKTHROUGH and page_steps(p.read_text(encoding="utf-8"), p.name)]
 
 
 def free_port() -> int:
@@ -101,11 +102,12 @@ KEEP_STATE = ('for v in $(compgen -v); do grep -qx "$v" "$BEFORE" || declare -p 
 
 @pytest.fixture(scope="session")
 def walked(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's walk-through, run once per test run: the database, scratch directory and
+    """The walk-through (docs/walkthrough.md), run once per test run: the database, scratch directory and
     shell state every page starts from (a page costs its own steps, not the walk-through)."""
     def walk(base: Path) -> None:
         env = clean_env(base)
-        prelude = page_steps(walkthrough(README.read_text(encoding="utf-8")), "README.md")
+        prelude = page_steps(walkthrough(WALKTHROUGH.read_text(encoding="utf-8")),
+                             "docs/walkthrough.md")
         before = Step('compgen -v > "$BEFORE"', "", "state")
         after = Step(KEEP_STATE, "", "state")
         with serve(base, env) as url:
@@ -150,10 +152,10 @@ def scratch(tmp_path: Path) -> Path:
     return work
 
 
-def test_the_readme_runs_against_a_live_server(server: tuple[str, dict[str, str]],
-                                              tmp_path: Path) -> None:
-    """Every command of the README succeeds and answers what the README shows."""
-    steps = page_steps(README.read_text(encoding="utf-8"), "README.md")
+def test_the_walkthrough_runs_against_a_live_server(server: tuple[str, dict[str, str]],
+                                                   tmp_path: Path) -> None:
+    """Every command of the walk-through succeeds and answers what the page shows."""
+    steps = page_steps(WALKTHROUGH.read_text(encoding="utf-8"), "docs/walkthrough.md")
     assert sum(bool(s.expected) for s in steps) >= 10, "the walk-through lost its outputs"
     for step, out in zip(steps, run_steps(steps, server[1], scratch(tmp_path))):
         check_output(step, out)

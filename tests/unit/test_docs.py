@@ -92,7 +92,8 @@ def test_the_readme_states_the_two_commands_and_ci_runs_the_test_one() -> None:
 
 def test_the_walkthrough_covers_the_job_life_cycle() -> None:
     """The walk-through shows keys, enqueue, claim, complete, fail, retry and list."""
-    code = "\n".join(s.code for s in page_steps(walkthrough(read(README)), "README.md"))
+    code = "\n".join(s.code for s in page_steps(walkthrough(read(DOCS / "walkthrough.md")),
+                                                 "docs/walkthrough.md"))
     for needle in ("--role producer", "--role worker", "/jobs/claim", "/complete", "/fail",
                    "/retry", "$ADMIN_TOKEN", "/jobs?"):
         assert needle in code, f"walk-through no longer shows {needle}"
