@@ -8,7 +8,7 @@ import pytest
 
 from helpers import add, add_job
 from queuelog.model.jobs import FINISHED, Status
-from queuelog.model.problems import NotHolder, StaleAttempt, WrongState
+from queuelog.model.problems import JobNotFound, NotHolder, StaleAttempt, WrongState
 from queuelog.server.store import _VERBS, NewJob, Scope, Store
 
 MINUTE = 60 * 1_000_000
@@ -129,7 +129,7 @@ def _fail_many(store: Store, clock: Any) -> None:
 def _cancel(store: Store, clock: Any) -> None:
     mine = add(store)
     theirs = add_job(store, producer="shop").id
-    with pytest.raises(Exception):
+    with pytest.raises(JobNotFound):  # another producer's job is not visible
         store.cancel(theirs, Scope(producer="billing"))
     assert store.cancel(mine, Scope(producer="billing")).status is Status.CANCELLED
     with pytest.raises(WrongState):

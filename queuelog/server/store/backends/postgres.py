@@ -13,7 +13,7 @@ from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
 from queuelog.server.store.finish import Item
-from queuelog.server.store.jobs import Claimed, Jobs, claim_kind, claim_params, in_claim_order
+from queuelog.server.store.jobs import Claimed, Jobs, claim_kind, claim_params
 from queuelog.server.store.jobs import revoked
 from queuelog.server.store.listen import CHANNEL
 from queuelog.server.store.notifier import Notifier, PgNotifier
@@ -226,7 +226,7 @@ class PostgresJobs(Jobs):
                 if expired or limited:
                     return None
                 rows = self._claims[claim_kind(types)].rows(conn, params)
-        return Claimed(), in_claim_order(rows)
+        return Claimed(), rows  # put in claim order by claim_many
 
     def _first_reads(self, conn: Connection, now: int, key: str | None,
                      ) -> tuple[list[Any], list[Any], bool]:
