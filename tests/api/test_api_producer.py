@@ -11,7 +11,7 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_count",
               "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
               "lease_expires_at", "result", "created_at", "updated_at", "finished_at", "schedule",
-              "scheduled_for"]
+              "scheduled_for", "progress"]
 
 
 @pytest.fixture
@@ -155,9 +155,10 @@ def test_cancel_errors(client, producer, make_key, worker, admin):
     problem(client.post("/jobs/424242/cancel", headers=producer), 404)
     problem(client.post(f"/jobs/{job['id']}/cancel", headers=worker), 403)
     claimed = client.post("/jobs/claim", headers=worker).json
+    client.post(f"/jobs/{claimed['id']}/complete", json={"attempt": 1}, headers=worker)
     body = problem(client.post(f"/jobs/{claimed['id']}/cancel", headers=producer), 409)
     assert body["type"].endswith("wrong-state")
-    assert client.get(f"/jobs/{job['id']}", headers=admin).json["status"] == "running"
+    assert client.get(f"/jobs/{job['id']}", headers=admin).json["status"] == "completed"
 
 
 def test_admin_cancels_any_producers_job(client, producer, admin):

@@ -170,13 +170,19 @@ def test_a_running_job_is_cancelled_at_once_and_its_holder_fenced(client, produc
     assert [e["target"] for e in events] == ([str(job["id"])] if who == "admin" else [])
 
 
-def test_cancelling_a_running_job_frees_its_concurrency_slot(client, producer, worker):
+def test_cancelling_a_running_job_frees_its_concurrency_slot(app, client, producer, worker):
     first = enqueue(client, producer, "sync")
     second = enqueue(client, producer, "sync")
     assert claim(client, worker).json["id"] == first["id"]
     assert claim(client, worker).status_code == 204  # sync runs one at a time
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(app.test_client().post(
+        "/jobs/claim", json={"wait": 20}, headers=worker)), daemon=True)
+    thread.start()
+    until(lambda: app.extensions["queuelog.longpoll"].waiting == 1)
     client.post(f"/jobs/{first['id']}/cancel", headers=producer)
-    assert claim(client, worker).json["id"] == second["id"]
+    thread.join(10)  # woken by the freed slot, as by a complete
+    assert answers[0].json["id"] == second["id"]
 
 
 def test_only_its_producer_or_an_admin_cancels_a_running_job(client, producer, worker,

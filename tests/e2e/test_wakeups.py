@@ -1,4 +1,5 @@
-"""Wake-ups across processes: a claim waiting on one app server is woken by what another does.
+"""Wake-ups across processes: a claim waiting on one app server is woken by what another does,
+and so is a read waiting for a job's finish (``GET /jobs/{id}?wait=``).
 
 Two gunicorn app servers (one worker each) share one database. Their safety-net look is set
 to a minute (``LONG_POLL_LOOK_SECONDS``) and every waiting claim here waits 20 s, so a 200
@@ -120,6 +121,40 @@ def test_an_admin_retry_wakes_a_waiting_claim(pair: Pair) -> None:
     pair.on_b("POST", f"/jobs/{held['id']}/fail", {"attempt": held["attempt"], "error": "x"},
               key="worker")
     _woken_by(pair, lambda: pair.on_b("POST", f"/jobs/{held['id']}/retry", key="root"))
+
+
+def _wait_woken_by(pair: Pair, finish: Callable[[dict[str, Any]], Any], status: str) -> None:
+    """A ``GET /jobs/{id}?wait=`` parked on A is answered when ``finish`` (on B) ends the
+    job: within FAST, where without the wake-up it would wait its 20 s."""
+    pair.on_b("POST", "/jobs", {"type": "email"})
+    held = _claim_now(pair)
+    answer: dict[str, Any] = {}
+
+    def get() -> None:
+        answer["status"], answer["job"] = request(
+            pair.a.port, "GET", f"/jobs/{held['id']}?wait={WAIT}", None,
+            pair.keys["producer"], timeout=WAIT + 10)
+        answer["at"] = time.monotonic()
+
+    thread = threading.Thread(target=get, daemon=True)
+    thread.start()
+    time.sleep(PARKED)
+    acted = time.monotonic()
+    finish(held)
+    thread.join(timeout=WAIT + 15)
+    assert answer["status"] == 200 and answer["job"]["status"] == status, answer
+    assert answer["at"] - acted < FAST
+
+
+def test_a_complete_on_another_server_answers_a_waiting_read(pair: Pair) -> None:
+    _wait_woken_by(pair, lambda held: pair.on_b(
+        "POST", f"/jobs/{held['id']}/complete", {"attempt": held["attempt"]}, key="worker"),
+        "completed")
+
+
+def test_a_cancel_on_another_server_answers_a_waiting_read(pair: Pair) -> None:
+    _wait_woken_by(pair, lambda held: pair.on_b("POST", f"/jobs/{held['id']}/cancel"),
+                   "cancelled")
 
 
 def test_a_delayed_job_is_claimed_at_its_run_at(pair: Pair) -> None:
