@@ -185,6 +185,31 @@ def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],
     assert "was not changed" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
 
 
+def test_a_running_job_is_cancelled_from_its_page(client: Any, store: Store,
+                                                 seeded: dict[str, int],
+                                                 admin_user: dict[str, str],
+                                                 viewer: dict[str, str]) -> None:
+    job = seeded["running"]
+    assert "Cancel running job" not in client.get(f"/ui/jobs/{job}", headers=viewer).text
+    assert "Cancel running job" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    token = csrf_token(client, job, admin_user)
+    assert client.post(f"/ui/jobs/{job}/cancel", data={"csrf_token": token},
+                       headers=admin_user).status_code == 303
+    assert store.get(job).status is Status.CANCELLED
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f"Job #{job} is cancelled." in page and "out-cancelled" in page
+
+
+def test_the_job_page_shows_progress(client: Any, store: Store, seeded: dict[str, int],
+                                     viewer: dict[str, str]) -> None:
+    job = seeded["running"]
+    assert "<h2>Progress</h2>" not in client.get(f"/ui/jobs/{job}", headers=viewer).text
+    store.heartbeat(job, "mailer-1", 1, progress_json='{"percent": 40, "step": "<b>resize"}')
+    page = client.get(f"/ui/jobs/{job}", headers=viewer).text
+    assert "<h2>Progress</h2>" in page and 'value="40"' in page
+    assert "&lt;b&gt;resize" in page and "<b>resize" not in page  # escaped
+
+
 def test_cross_site_post_refused_even_with_token(client: Any, store: Store,
                                                  seeded: dict[str, int],
                                                  admin_user: dict[str, str]) -> None:
