@@ -35,7 +35,7 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_WAIT = 30.0
 # A wait answered this early with the job unfinished and no Retry-After (a server shutting
 # down, or one without waits) is looked at again after this long, not at once.
-EARLY_ANSWER_PAUSE = 1.0
+EARLY_ANSWER_PAUSE = 0.25
 FINISHED = frozenset({"completed", "failed", "cancelled"})
 
 
@@ -295,7 +295,7 @@ class Client:
     # -- repair: cancel and retry (a producer cancels its own jobs; admins do both) ----------
 
     def cancel(self, job: int | dict[str, Any]) -> dict[str, Any]:
-        """Cancel a pending job (an id or a job); 409 once it is claimed."""
+        """Cancel a pending, blocked or running job (an id or a job); 409 once finished."""
         return self._request("POST", f"jobs/{_id(job)}/cancel")
 
     def retry(self, job: int | dict[str, Any]) -> dict[str, Any]:

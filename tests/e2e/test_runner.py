@@ -414,13 +414,16 @@ class DropFirstAnswer(http.server.ThreadingHTTPServer):
     """An HTTP proxy that forwards everything, but answers the first complete with a 503.
 
     The server did commit that complete: the worker cannot know, and its retry gets 409.
+    With ``drop=False`` it only forwards. ``requests`` lists every request, as it came.
     """
 
     daemon_threads = True
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, *, drop: bool = True) -> None:
         self.upstream_port = upstream_port
+        self.drop = drop
         self.dropped: list[str] = []
+        self.requests: list[str] = []
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -433,6 +436,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         server: DropFirstAnswer = self.server  # type: ignore[assignment]
+        server.requests.append(f"{self.command} {self.path}")
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         upstream = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=60)
         headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
@@ -440,7 +444,8 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         resp = upstream.getresponse()
         data = resp.read()
         upstream.close()
-        if self.path.endswith("/complete") and not server.dropped and resp.status == 200:
+        if self.path.endswith("/complete") and server.drop and not server.dropped \
+                and resp.status == 200:
             server.dropped.append(self.path)
             resp_status, data = 503, b'{"type": "urn:x:unavailable", "status": 503}'
             content_type = "application/problem+json"
