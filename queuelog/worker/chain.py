@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Callable
 
-from queuelog.client import Client, ProblemError
+from queuelog.client import Client, ClientError, ProblemError
 from queuelog.model.claimed import ClaimedJob, MalformedJob
 
 OUTCOME = {"complete": "completed", "fail": "failed"}
@@ -51,8 +51,10 @@ class Chained:
     def _run(self) -> None:
         try:
             self._answer = self._call(self.next_body)
-        except BaseException as exc:  # raised in the job's thread, whatever it is
+        except ClientError as exc:  # raised in the job's thread
             self._error = exc
+        except Exception as exc:  # e.g. a body httpx cannot encode: the answer cannot be sent
+            self._error = ClientError(f"cannot send the answer: {type(exc).__name__}: {exc}")
         with self._lock:
             self._done.set()
             abandoned = self._abandoned
