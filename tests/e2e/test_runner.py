@@ -461,18 +461,24 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_complete_whose_answer_was_lost_is_found_in_the_history(live, work, jtype, tmp_path):
+    """With one slot the complete carries ``next``: the job its lost answer claimed is not
+    run twice, but waits out its lease (2 s here), and then the runner runs it."""
     proxy = DropFirstAnswer(live.server.port)
     try:
-        job = live.producer.enqueue(jtype, {})
-        w = work("--types", jtype, "--", "true",
+        job, second = (live.producer.enqueue(jtype, {"n": n}) for n in range(2))
+        w = work("--types", jtype, "--lease", "2", "--", "true",
                  env={"QUEUELOG_URL": f"http://127.0.0.1:{proxy.server_address[1]}"})
         wait_for(lambda: "outcome=" in w.log(), what="the log line")
-        # The batch route (or the single one, on a server without batches).
+        # The single route (with next, or on a server without batches) or the batch route.
         assert proxy.dropped in (["/jobs/complete"], [f"/jobs/{job['id']}/complete"])
         assert f"job={job['id']} type={jtype} attempt=1 outcome=completed" in w.log()
         done = live.admin.get(job["id"])
         assert done["status"] == "completed"
         assert [a["outcome"] for a in done["attempts"]] == ["completed"]
+        later = wait_for(lambda: finished(live, second["id"]), what="the second job")
+        assert later["status"] == "completed"
+        assert [a["outcome"] for a in later["attempts"]] in (
+            ["lease_expired", "completed"], ["completed"])
     finally:
         proxy.shutdown()
         proxy.server_close()
