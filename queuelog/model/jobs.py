@@ -31,6 +31,7 @@ class Outcome(str, enum.Enum):
     COMPLETED = "completed"
     FAILED = "failed"
     LEASE_EXPIRED = "lease_expired"
+    CANCELLED = "cancelled"   # a running job cancelled by its producer or an admin
 
 
 class Priority(enum.IntEnum):
@@ -72,7 +73,7 @@ TRANSITIONS: dict[str, tuple[Status, ...]] = {
     "heartbeat": (Status.RUNNING,),
     "complete": (Status.RUNNING,),
     "fail": (Status.RUNNING,),
-    "cancel": (Status.PENDING,),
+    "cancel": (Status.PENDING, Status.RUNNING),
     "retry": (Status.FAILED, Status.CANCELLED),
 }
 FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
@@ -190,13 +191,14 @@ class Job:
     attempts: tuple[Attempt, ...] | None = None
     schedule: str | None = None        # the schedule that made it (SCHEDULES), else None
     scheduled_for: int | None = None   # that schedule's tick (a run now: the run's time)
+    progress: Any = None               # the last progress a heartbeat reported (an object)
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
         """Build from a ``jobs`` row with a named attribute per column (a SQLAlchemy
         ``Row``, the store's named tuples), JSON columns decoded (no mapping made per row:
         a batch of 100 spent a twentieth of its time making them)."""
-        result = row.result
+        result, progress = row.result, row.progress
         loads = jsontext.loads
         # Every field set at once, as one dict display: a frozen dataclass's __init__ sets
         # them one by one through object.__setattr__, and dict(**fields) a third slower
@@ -213,7 +215,8 @@ class Job:
             "result": None if result is None else loads(result), "error": row.error,
             "created_at": row.created_at, "updated_at": row.updated_at,
             "finished_at": row.finished_at, "attempts": None, "schedule": row.schedule,
-            "scheduled_for": row.scheduled_for})
+            "scheduled_for": row.scheduled_for,
+            "progress": None if progress is None else loads(progress)})
         return job
 
     def with_attempts(self, attempts: tuple[Attempt, ...]) -> "Job":
@@ -234,6 +237,7 @@ class Job:
             "created_at": isoformat(self.created_at), "updated_at": isoformat(self.updated_at),
             "finished_at": isoformat(self.finished_at),
             "schedule": self.schedule, "scheduled_for": isoformat(self.scheduled_for),
+            "progress": self.progress,
         }
         if show_error:
             out["error"] = self.error

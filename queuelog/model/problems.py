@@ -62,6 +62,12 @@ class StaleAttempt(QueuelogError):
     status, slug, title = 409, "stale-attempt", "Stale attempt"
 
 
+class JobCancelled(QueuelogError):
+    """A worker call on an attempt whose job was cancelled while it ran: stop the work."""
+
+    status, slug, title = 409, "cancelled", "Job was cancelled"
+
+
 class Conflict(QueuelogError):
     """A name already taken, and similar conflicts with stored state."""
 

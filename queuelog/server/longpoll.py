@@ -1,11 +1,13 @@
-"""Long polls: a claim that waits for a job, within a per-process budget of threads.
+"""Long polls: a claim that waits for a job, or a read that waits for a job's finish,
+within a per-process budget of threads.
 
-One ``LongPolls`` per app (per gunicorn worker process) holds the bell, the slots
-(``LONG_POLL_SLOTS``) that bound how many threads may wait at once, and the shutdown flag
-that ends every open poll when the process stops. The bell is rung by whatever makes a job
-claimable, in this process or any other (wakeups.py); a waiting poll also looks when the
-next delayed job comes due, and every ``LONG_POLL_LOOK_SECONDS`` as a safety net (a lost
-wake-up must not strand a job).
+One ``LongPolls`` per app (per gunicorn worker process) holds two bells, the slots
+(``LONG_POLL_SLOTS``) that bound how many threads may wait at once (claims and reads share
+them), and the shutdown flag that ends every open poll when the process stops. ``bell``
+is rung by whatever makes a job claimable, ``finished`` by the finish of a job a request
+waits for, in this process or any other (wakeups.py); a waiting claim also looks when the
+next delayed job comes due, and every poll every ``LONG_POLL_LOOK_SECONDS`` as a safety
+net (a lost wake-up must not strand a job or a waiting reader).
 """
 from __future__ import annotations
 
@@ -67,7 +69,8 @@ class LongPolls:
     """The bell, the slots and the shutdown flag of one process's long polls."""
 
     def __init__(self, slots: int, look: float = MAX_PAUSE) -> None:
-        self.bell = Wakeup()
+        self.bell = Wakeup()             # a job may have become claimable
+        self.finished = Wakeup()         # a job a request waits for finished
         self.slots = slots
         self.look = look                 # the safety net: seconds between looks at most
         # Called before a poll that may wait first looks: starts this process's listener
@@ -83,7 +86,21 @@ class LongPolls:
     def claim(self, try_claim: Callable[[], Sequence[T]], wait: float,
               still_allowed: Callable[[], bool],
               next_due: Callable[[], float | None] = lambda: None) -> PollResult[T]:
-        """Claim now; if nothing is due, look again until ``wait`` runs out.
+        """Claim now; if nothing is due, look again until ``wait`` runs out (``poll``)."""
+        return self.poll(try_claim, wait, still_allowed, next_due, bell=self.bell)
+
+    def finish(self, look: Callable[[], Sequence[T]], wait: float,
+               still_allowed: Callable[[], bool]) -> PollResult[T]:
+        """Look at a job now; until it has finished (``look`` returns it), look again at
+        each ``finished`` wake-up until ``wait`` runs out (``poll``)."""
+        return self.poll(look, wait, still_allowed, bell=self.finished)
+
+    def poll(self, try_claim: Callable[[], Sequence[T]], wait: float,
+             still_allowed: Callable[[], bool],
+             next_due: Callable[[], float | None] = lambda: None, *,
+             bell: Wakeup) -> PollResult[T]:
+        """Look now; if nothing is found, look again at each ring of ``bell`` until
+        ``wait`` runs out.
 
         ``try_claim`` claims and returns what it got (a list: one job, or up to
         ``max_jobs``). ``still_allowed`` is asked before and after every later look: once
@@ -94,7 +111,7 @@ class LongPolls:
         deadline = time.monotonic() + wait
         if wait > 0 and not self.stopping:
             self.before_wait()
-        seen = self.bell.count
+        seen = bell.count
         jobs = try_claim()
         if jobs or wait <= 0 or self.stopping:
             return PollResult(jobs)
@@ -106,13 +123,15 @@ class LongPolls:
             self.waiting += 1
         try:
             self._watch_for_shutdown()
-            return self._wait(try_claim, deadline, seen, still_allowed, next_due, _due_in(jobs))
+            return self._wait(try_claim, bell, deadline, seen, still_allowed, next_due,
+                              _due_in(jobs))
         finally:
             with self._count_lock:
                 self.waiting -= 1
             self._free.release()
 
-    def _wait(self, try_claim: Callable[[], Sequence[T]], deadline: float, seen: int,
+    def _wait(self, try_claim: Callable[[], Sequence[T]], bell: Wakeup, deadline: float,
+              seen: int,
               still_allowed: Callable[[], bool], next_due: Callable[[], float | None],
               token_in: float | None) -> PollResult[T]:
         waited = 0.0
@@ -127,11 +146,11 @@ class LongPolls:
                 if due_in is not None:
                     pause = min(pause, due_in + DUE_MARGIN)
             began = time.monotonic()
-            self.bell.wait_after(seen, pause)
+            bell.wait_after(seen, pause)
             waited += time.monotonic() - began
             if self.stopping or not still_allowed():
                 return PollResult((), waited=waited)
-            seen = self.bell.count
+            seen = bell.count
             jobs = try_claim()
             if jobs or not still_allowed():  # the look itself may find the key revoked
                 return PollResult(jobs, waited=waited)
@@ -141,6 +160,7 @@ class LongPolls:
         """The process is stopping: every open poll answers now, and new ones do not wait."""
         self.stopping = True
         self.bell.ring()
+        self.finished.ring()
 
     def _watch_for_shutdown(self) -> None:
         # gunicorn's worker answers SIGTERM by setting its ``alive`` to False, then waits

@@ -1,4 +1,6 @@
-"""Wake-ups across processes and app servers: every process hears what makes a job claimable.
+"""Wake-ups across processes and app servers: every process hears what makes a job claimable,
+and the finish of a job a request waits for (``GET /jobs/{id}?wait=``; the same path,
+kind ``finished``, rung only when the job was watched).
 
 The store's verbs call ``Notifier.notify(conn)`` (store/notifier.py) in the transaction that makes a job
 claimable (enqueue, fail back to pending, retry, bulk retry, resume, a lease taken back;
@@ -21,6 +23,8 @@ from typing import Any
 
 from flask import Flask
 
+from queuelog.server.store.listen import CLAIMABLE, FINISHED
+
 
 class Wakeups:
     """This process's listener, started once per pid."""
@@ -39,7 +43,8 @@ class Wakeups:
         with self._lock:
             if self._pid == os.getpid():
                 return
-            self.listener = self.store.listen(self.polls.bell.ring)
+            self.listener = self.store.listen({CLAIMABLE: self.polls.bell.ring,
+                                               FINISHED: self.polls.finished.ring})
             self._pid = os.getpid()
 
 
@@ -47,7 +52,7 @@ def init_app(app: Flask) -> Wakeups:
     """Ring the app's long-poll bell on every claimable commit, here and elsewhere."""
     store = app.extensions["queuelog.store"]
     polls = app.extensions["queuelog.longpoll"]
-    store.hook(claimable=polls.bell.ring)
+    store.hook(claimable=polls.bell.ring, finished=polls.finished.ring)
     wakeups = Wakeups(store, polls)
     polls.before_wait = wakeups.ensure_listening
     app.extensions["queuelog.wakeups"] = wakeups

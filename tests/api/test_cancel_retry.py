@@ -1,4 +1,5 @@
-"""Cancel (its producer or an admin, pending only) and admin retry (failed or cancelled)."""
+"""Cancel (its producer or an admin, pending or running: tests/api/test_outcomes.py) and admin
+retry (failed or cancelled)."""
 from __future__ import annotations
 
 from typing import Any
@@ -60,8 +61,8 @@ def test_cancel_missing_job_is_404(client, admin):
     assert client.post("/jobs/999/cancel", headers=admin).status_code == 404
 
 
-@pytest.mark.parametrize("state", ["running", "completed", "failed", "cancelled"])
-def test_cancel_outside_pending_is_409_and_changes_nothing(client, producer, worker, admin,
+@pytest.mark.parametrize("state", ["completed", "failed", "cancelled"])
+def test_cancel_of_a_finished_job_is_409_and_changes_nothing(client, producer, worker, admin,
                                                            state):
     job = enqueue(client, producer)
     if state != "cancelled":

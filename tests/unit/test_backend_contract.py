@@ -7,8 +7,9 @@ from typing import Any, Callable
 import pytest
 
 from helpers import add, add_job
-from queuelog.model.jobs import FINISHED, Status
-from queuelog.model.problems import JobNotFound, NotHolder, StaleAttempt, WrongState
+from queuelog.model.jobs import FINISHED, Outcome, Status
+from queuelog.model.problems import (JobCancelled, JobNotFound, NotHolder, StaleAttempt,
+                                     WrongState)
 from queuelog.server.store import _VERBS, NewJob, Scope, Store
 
 MINUTE = 60 * 1_000_000
@@ -72,9 +73,13 @@ def _heartbeat(store: Store, clock: Any) -> None:
     job = _held(store)[0]
     clock.advance(10)
     beat = store.heartbeat(job.id, "w1", job.attempt, lease_seconds=60)
-    assert beat.lease_expires_at == clock.now + 60 * 1_000_000
+    assert beat.lease_expires_at == clock.now + 60 * 1_000_000 and beat.progress is None
     with pytest.raises(NotHolder):
         store.heartbeat(job.id, "w2", job.attempt)
+    # Progress is stored; a heartbeat without it keeps the last one.
+    assert store.heartbeat(job.id, "w1", job.attempt,
+                           progress_json='{"percent": 40}').progress == {"percent": 40}
+    assert store.heartbeat(job.id, "w1", job.attempt).progress == {"percent": 40}
 
 
 @case("complete")
@@ -134,6 +139,25 @@ def _cancel(store: Store, clock: Any) -> None:
     assert store.cancel(mine, Scope(producer="billing")).status is Status.CANCELLED
     with pytest.raises(WrongState):
         store.cancel(mine)
+    # A running job: cancelled at once, its attempt ended "cancelled", its holder fenced.
+    held = _held(store)[0]
+    assert store.cancel(held.id).status is Status.CANCELLED
+    assert store.get(held.id).attempts[-1].outcome is Outcome.CANCELLED
+    with pytest.raises(JobCancelled):
+        store.complete(held.id, "w1", held.attempt, None)
+
+
+@case("watch")
+def _watch(store: Store, clock: Any) -> None:
+    finished: list[int] = []
+    store.hook(finished=lambda: finished.append(1))
+    plain, watched = _held(store, 2)
+    store.complete(plain.id, "w1", plain.attempt, None)
+    assert finished == []  # nobody waits: the finish tells no one
+    assert store.watch(watched.id)
+    store.complete(watched.id, "w1", watched.attempt, None)
+    assert finished == [1]  # told after the commit (and to every other process)
+    assert not store.watch(watched.id)  # finished: nothing to wait for
 
 
 @case("retry")

@@ -86,7 +86,8 @@ def fill_every_state(store: Store) -> None:
     paused_types.create(store.engine)
     type_limits.create(store.engine)
     job_counts.create(store.engine)  # read with the limiter rows (running per type)
-    # Today's job statements read and write the columns schedules added (0007): lent too.
+    # Today's job statements read and write the columns schedules (0007) and outcomes
+    # (0012) added: lent too.
     with store.engine.begin() as conn:
         for column in LENT_JOB_COLUMNS:
             conn.exec_driver_sql(f"ALTER TABLE jobs ADD COLUMN {column}")
@@ -113,7 +114,8 @@ def fill_every_state(store: Store) -> None:
             conn.exec_driver_sql(f"ALTER TABLE jobs DROP COLUMN {column.split()[0]}")
 
 
-LENT_JOB_COLUMNS = ("schedule VARCHAR(100)", "scheduled_for BIGINT")
+LENT_JOB_COLUMNS = ("schedule VARCHAR(100)", "scheduled_for BIGINT", "progress TEXT",
+                    "watched BOOLEAN NOT NULL DEFAULT false")
 
 
 def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select
 
 from helpers import add_job
-from queuelog.model.problems import (ConfigError, Conflict, JobNotFound, NotHolder,
-                                     StaleAttempt, WrongState)
+from queuelog.model.problems import (ConfigError, Conflict, JobCancelled, JobNotFound,
+                                     NotHolder, StaleAttempt, WrongState)
 from queuelog.model.jobs import Outcome, Status
 from queuelog.server.store.tables import api_keys, users
 from queuelog.server.store import ALL, Scope, Store, backends
@@ -212,7 +212,7 @@ def test_fail_without_retry_and_with_retry_in(store, clock):
     assert again.status == Status.PENDING and again.run_at == clock.now + 120 * US
 
 
-def test_cancel_only_pending_and_only_visible_jobs(store):
+def test_cancel_pending_or_running_and_only_visible_jobs(store, clock):
     job = add_job(store, producer="billing")
     other = add_job(store, producer="shop")
     with pytest.raises(JobNotFound):
@@ -222,11 +222,20 @@ def test_cancel_only_pending_and_only_visible_jobs(store):
     cancelled = store.cancel(job.id, Scope(producer="billing"))
     assert cancelled.status == Status.CANCELLED and cancelled.finished_at is not None
     with pytest.raises(WrongState):
-        store.cancel(job.id)
+        store.cancel(job.id)  # finished
     store.claim("w", lease_seconds=30)  # takes ``other``
-    with pytest.raises(WrongState):
-        store.cancel(other.id)
-    assert store.get(other.id).status == Status.RUNNING
+    clock.advance(2)
+    running = store.cancel(other.id)
+    assert (running.status, running.lease_expires_at) == (Status.CANCELLED, None)
+    (attempt,) = store.get(other.id).attempts
+    assert (attempt.outcome, attempt.finished_at) == (Outcome.CANCELLED, clock.now)
+    # The holder is fenced off: every call of its attempt is a 409 "cancelled".
+    for call in (lambda: store.heartbeat(other.id, "w", 1),
+                 lambda: store.complete(other.id, "w", 1, None),
+                 lambda: store.fail(other.id, "w", 1, "late")):
+        with pytest.raises(JobCancelled):
+            call()
+    assert store.get(other.id).status == Status.CANCELLED
 
 
 def test_retry_gives_fresh_retries_and_keeps_the_attempt_count(store, clock):

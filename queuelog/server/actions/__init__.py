@@ -29,11 +29,11 @@ from queuelog.server.actions.reads import (Overview, count_matching, dashboard, 
                                            health, sees_errors, sees_key, visible)
 from queuelog.server.actions.schedules import (run_schedule, schedule_states,
                                                schedule_tick, set_schedule_paused)
-from queuelog.server.actions.work import (claim, complete, complete_many, fail, fail_many,
-                                          heartbeat)
+from queuelog.server.actions.work import (Finished, NextClaim, claim, complete,
+                                          complete_many, fail, fail_many, heartbeat)
 
 __all__ = [
-    "CLI", "SYSTEM", "Overview", "api_document", "audit_events", "backup", "bulk_cancel",
+    "CLI", "SYSTEM", "Finished", "NextClaim", "Overview", "api_document", "audit_events", "backup", "bulk_cancel",
     "bulk_retry", "cancel", "claim", "complete", "complete_many", "count_matching",
     "count_purgeable", "create_key", "create_user", "dashboard", "dashboard_job",
     "dashboard_jobs", "delete_user", "enqueue", "enqueue_many", "fail", "fail_many", "gate",

@@ -93,7 +93,8 @@ def retry(who: Principal, job_id: int) -> Job:
 
 @gate("producer", "admin")
 def cancel(who: Principal, job_id: int) -> Job:
-    """Cancel a pending job: a producer its own (404 for others'), an admin any (audited)."""
+    """Cancel a pending or running job: a producer its own (404 for others'), an admin any
+    (audited). A running job's holder is fenced off: its next call is a 409 ``cancelled``."""
     return get_store().cancel(job_id, scope_of(who), actor=who.name if who.is_admin else None)
 
 

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 from flask import current_app
 
-from queuelog.model.jobs import Job, Status
+from queuelog.model.jobs import FINISHED, Job, Status
+from queuelog.server import metrics
+from queuelog.server.longpoll import long_polls
 from queuelog.server.actions.gate import PEOPLE, gate, scope_of
 from queuelog.server.auth import READERS, Principal
 from queuelog.server.db import get_store
@@ -46,9 +48,40 @@ def health() -> str | None:
 
 
 @gate(*READERS)
-def get_job(who: Principal, job_id: int) -> Job:
-    """One job with its history, if ``who`` may see it (404 otherwise)."""
-    return visible(get_store().get(job_id, scope_of(who)), who)
+def get_job(who: Principal, job_id: int, *, wait: float = 0,
+            connected: Callable[[], bool] = lambda: True) -> tuple[Job, int | None]:
+    """One job with its history, if ``who`` may see it (404 otherwise); with ``wait``, once
+    it has finished or ``wait`` seconds have passed. Also the ``Retry-After`` to send
+    when no long-poll slot was free to wait in (else None)."""
+    store, scope = get_store(), scope_of(who)
+    first = store.get(job_id, scope)
+    if wait <= 0 or first.status in FINISHED:
+        return visible(first, who), None
+    looked: list[Job] = []
+
+    def look() -> list[Job]:
+        # The first look marks the job watched (its finish then wakes this process, from
+        # any process or server); a job that finished meanwhile is read at once.
+        if not looked and store.watch(job_id):
+            looked.append(first)
+            return []
+        job = store.get(job_id, scope)
+        looked.append(job)
+        return [job] if job.status in FINISHED else []
+
+    got = long_polls().finish(look, wait, connected)
+    metrics.long_poll_waited(got.waited)
+    job = got.jobs[0] if got.jobs else looked[-1] if looked else first
+    if got.waited and not got.jobs:
+        job = store.get(job_id, scope)  # the wait ran out: the job as it is now
+    if got.waited and not _still_active(store, who):
+        job = first  # a key revoked while it waited learns nothing it could not before
+    return visible(job, who), got.retry_after
+
+
+def _still_active(store: Any, who: Principal) -> bool:
+    """Whether ``who``'s key is still active after a wait (people: always)."""
+    return who.token is None or store.accounts.key_for_token(who.token) is not None
 
 
 @gate(*READERS)

@@ -1,8 +1,10 @@
 """Workers' verbs: claim (the key's types, the revoked-key re-check while it waits),
-heartbeat, complete and fail, one or many; error text is sanitized after fencing (V-10)."""
+heartbeat, complete and fail, one or many; error text is sanitized after fencing (V-10).
+A complete or fail may claim the ``next`` job in the same request, after its commit."""
 from __future__ import annotations
 
-from typing import Callable, Sequence
+import dataclasses
+from typing import Callable, NamedTuple, Sequence
 
 from flask import current_app
 
@@ -17,16 +19,36 @@ from queuelog.server.db import get_store
 from queuelog.server.store import Claimed, hash_token
 
 
+@dataclasses.dataclass(frozen=True)
+class NextClaim:
+    """The claim a complete or fail asks for in the same request (a claim's body)."""
+
+    types: Sequence[str] | None = None
+    wait: float = 0
+    lease_seconds: float | None = None
+
+
+class Finished(NamedTuple):
+    """A finish, and what its ``next`` claimed (None: no ``next`` was asked for)."""
+
+    job: Job
+    next: PollResult[Job] | None
+
+
+def _claim_types(who: Principal, types: Sequence[str] | None) -> Sequence[str] | None:
+    """The types a claim of ``who`` takes: a subset of its key's (else 403), or all of them."""
+    if types is not None and who.types is not None and not set(types) <= set(who.types):
+        raise Forbidden("This key may not claim some of these types.")
+    return list(who.types) if types is None and who.types is not None else types
+
+
 @gate("worker")
 def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
           types: Sequence[str] | None = None, wait: float = 0,
           connected: Callable[[], bool] = lambda: True) -> PollResult[Job]:
     """Claim up to ``max_jobs`` due jobs of the types ``who`` may claim; with ``wait``,
     look again until one is due, while the key is still active and ``connected``."""
-    if types is not None and who.types is not None and not set(types) <= set(who.types):
-        raise Forbidden("This key may not claim some of these types.")
-    if types is None and who.types is not None:
-        types = list(who.types)
+    types = _claim_types(who, types)
     store = get_store()
     # The first look is the request's own, its key just checked by auth; every later one
     # (after a wait) reads the key again with the claim's first reads, so that a key
@@ -57,17 +79,32 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
 
 @gate("worker")
 def heartbeat(who: Principal, job_id: int, attempt: int, *,
-              lease_seconds: float | None = None) -> Job:
-    """Extend the lease of a job ``who`` holds at this attempt."""
-    return get_store().heartbeat(job_id, who.name, attempt, lease_seconds=lease_seconds)
+              lease_seconds: float | None = None, progress_json: str | None = None) -> Job:
+    """Extend the lease of a job ``who`` holds at this attempt; store its progress."""
+    return get_store().heartbeat(job_id, who.name, attempt, lease_seconds=lease_seconds,
+                                 progress_json=progress_json)
 
 
 @gate("worker")
-def complete(who: Principal, job_id: int, attempt: int, result_json: str | None) -> Job:
-    """Complete a held attempt (counted as ``completed``)."""
+def complete(who: Principal, job_id: int, attempt: int, result_json: str | None, *,
+             then: NextClaim | None = None,
+             connected: Callable[[], bool] = lambda: True) -> Finished:
+    """Complete a held attempt (counted as ``completed``); then, with ``then``, claim the
+    next job as ``claim`` would, after the complete has committed."""
+    if then is not None:
+        _claim_types(who, then.types)  # a 403 before the finish, never after it
     job = get_store().complete(job_id, who.name, attempt, result_json)
     _finished([job], "completed")
-    return job
+    return Finished(job, _then_claim(who, then, connected))
+
+
+def _then_claim(who: Principal, then: NextClaim | None,
+                connected: Callable[[], bool]) -> PollResult[Job] | None:
+    """The ``next`` claim of a finish that committed, as ``claim`` (the same gate)."""
+    if then is None:
+        return None
+    return claim(who, 1, lease_seconds=then.lease_seconds, types=then.types,
+                             wait=then.wait, connected=connected)
 
 
 @gate("worker")
@@ -82,13 +119,17 @@ def complete_many(who: Principal, items: Sequence[tuple[int, int, str | None]],
 
 @gate("worker")
 def fail(who: Principal, job_id: int, attempt: int, error: str, *, retry: bool = True,
-         retry_in: float | None = None) -> Job:
+         retry_in: float | None = None, then: NextClaim | None = None,
+         connected: Callable[[], bool] = lambda: True) -> Finished:
     """Fail a held attempt: back to pending after backoff, or failed for good. The raw
-    ``error`` is sanitized only once the attempt is fenced (V-10)."""
+    ``error`` is sanitized only once the attempt is fenced (V-10). ``then`` as on
+    ``complete``."""
+    if then is not None:
+        _claim_types(who, then.types)
     job = get_store().fail(job_id, who.name, attempt, error, retry=retry, retry_in=retry_in,
                            clean=_sanitizer())
     _finished([job], "failed")
-    return job
+    return Finished(job, _then_claim(who, then, connected))
 
 
 @gate("worker")

@@ -12,6 +12,7 @@ from queuelog.model.jobs import Priority, Status
 from queuelog.server.requests.check import query
 from queuelog.server.requests.parse import decode_cursor, encode_cursor
 from queuelog.server.api.serialize import job_json
+from queuelog.server.api.disconnect import client_gone
 
 bp = Blueprint("read", __name__)
 
@@ -35,8 +36,13 @@ def list_jobs() -> Any:
 @bp.get("/jobs/<job_id:job_id>")
 @require(actions.get_job)
 def get_job(job_id: int) -> Any:
-    """One job with its attempt history (404 when not visible to the caller)."""
-    return job_json(actions.get_job(current_user(), job_id))
+    """One job with its attempt history (404 when not visible to the caller); with
+    ``wait``, answered once it has finished, or when the wait runs out."""
+    who = current_user()
+    job, retry_after = actions.get_job(who, job_id, wait=query("JobQuery").get("wait", 0),
+                                       connected=lambda: not client_gone())
+    headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+    return job_json(job, who), 200, headers
 
 
 @bp.get("/healthz")

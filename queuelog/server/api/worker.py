@@ -13,6 +13,7 @@ from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.model.problems import QueuelogError
 from queuelog.model.jobs import Done, Job
+from queuelog.server.requests.bodies import MAX_PROGRESS_BYTES
 from queuelog.server.requests.check import FieldErrors, body, field_errors, given
 from queuelog.server.requests.parse import compact
 from queuelog.server.api.serialize import job_json
@@ -36,7 +37,7 @@ def claim() -> Any:
                             lease_seconds=given(data, "lease_seconds"),
                             types=given(data, "types"), wait=given(data, "wait", 0),
                             connected=lambda: not client_gone())
-    headers = {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
+    headers = _retry_after(outcome)
     if max_jobs is not None:
         return {"jobs": [job_json(j, who) for j in outcome.jobs]}, 200, headers
     if not outcome.jobs:
@@ -47,33 +48,65 @@ def claim() -> Any:
 @bp.post(f"/jobs/{JOB_ID}/heartbeat")
 @require(actions.heartbeat, write=True)
 def heartbeat(job_id: int) -> Any:
-    """Extend the lease of a job the caller holds."""
-    data = body("HeartbeatRequest")
+    """Extend the lease of a job the caller holds; store its progress, if sent."""
+    errors = FieldErrors()
+    data = body("HeartbeatRequest", errors)
+    progress = _object_json(data, "progress", errors, MAX_PROGRESS_BYTES)
+    field_errors(errors)
     return job_json(actions.heartbeat(current_user(), job_id, data["attempt"],
-                                      lease_seconds=given(data, "lease_seconds")))
+                                      lease_seconds=given(data, "lease_seconds"),
+                                      progress_json=progress))
 
 
 @bp.post(f"/jobs/{JOB_ID}/complete")
 @require(actions.complete, write=True)
 def complete(job_id: int) -> Any:
-    """Complete a held job, with an optional result object."""
+    """Complete a held job, with an optional result object; with ``next``, claim another."""
     errors = FieldErrors()
     data = body("CompleteRequest", errors)
     result_json = _result_json(data, "result", errors)
     field_errors(errors)
-    return job_json(actions.complete(current_user(), job_id, data["attempt"], result_json))
+    return _finished(actions.complete(current_user(), job_id, data["attempt"], result_json,
+                                      then=_next(data), connected=lambda: not client_gone()))
 
 
 @bp.post(f"/jobs/{JOB_ID}/fail")
 @require(actions.fail, write=True)
 def fail(job_id: int) -> Any:
-    """Fail a held attempt: retried after backoff, or failed for good."""
+    """Fail a held attempt: retried after backoff, or failed for good; with ``next``,
+    claim another."""
     data = body("FailRequest")
     # The raw error text: actions.fail sanitizes it once the attempt is fenced.
-    return job_json(actions.fail(current_user(), job_id, data["attempt"],
-                                 given(data, "error", ""),
-                                 retry=given(data, "retry", True),
-                                 retry_in=given(data, "retry_in")))
+    return _finished(actions.fail(current_user(), job_id, data["attempt"],
+                                  given(data, "error", ""),
+                                  retry=given(data, "retry", True),
+                                  retry_in=given(data, "retry_in"), then=_next(data),
+                                  connected=lambda: not client_gone()))
+
+
+def _next(data: dict[str, Any]) -> actions.NextClaim | None:
+    """A finish's ``next`` (a claim's body), or None when not asked for."""
+    asked = data.get("next")
+    if asked is None:
+        return None
+    return actions.NextClaim(types=given(asked, "types"), wait=given(asked, "wait", 0),
+                             lease_seconds=given(asked, "lease_seconds"))
+
+
+def _finished(done: actions.Finished) -> Any:
+    """The job; with ``next``, ``{"job", "next"}`` (``next`` null when none was due)."""
+    who = current_user()
+    if done.next is None:
+        return job_json(done.job, who)
+    claimed = done.next.jobs
+    return ({"job": job_json(done.job, who),
+             "next": job_json(claimed[0], who) if claimed else None}, 200,
+            _retry_after(done.next))
+
+
+def _retry_after(outcome: Any) -> dict[str, str]:
+    """``Retry-After`` when a waiting claim found no free slot to wait in."""
+    return {} if outcome.retry_after is None else {"Retry-After": str(outcome.retry_after)}
 
 
 @bp.post("/jobs/complete")
@@ -122,11 +155,17 @@ def _items(data: dict[str, Any], errors: FieldErrors) -> list[dict[str, Any]]:
 
 def _result_json(data: dict[str, Any], field: str, errors: FieldErrors) -> str | None:
     """A result object as stored (compact JSON); too large is an error at ``field``."""
-    result = data.get("result") if isinstance(data, dict) else None
-    if not isinstance(result, dict) or errors.at(field):
+    return _object_json(data, field, errors, current_app.config["MAX_PAYLOAD_BYTES"])
+
+
+def _object_json(data: dict[str, Any], field: str, errors: FieldErrors,
+                 limit: int) -> str | None:
+    """An object field (``field``'s last name) as stored, compact JSON; over ``limit``
+    bytes is an error at ``field``."""
+    value = data.get(field.rsplit(".", 1)[-1]) if isinstance(data, dict) else None
+    if not isinstance(value, dict) or errors.at(field):
         return None
-    out = compact(result)
-    limit = current_app.config["MAX_PAYLOAD_BYTES"]
+    out = compact(value)
     if len(out.encode("utf-8")) > limit:
         errors.append({"field": field, "detail": f"Larger than {limit} bytes as compact JSON."})
     return out

@@ -44,6 +44,7 @@ MAX_CLAIM_JOBS = 100
 MAX_CLAIM_TYPES = 100
 MAX_BULK_IDS = 1000                # ids in one bulk request; a filter has no limit
 MAX_PAGE = 200                     # a page of GET /jobs or GET /audit
+MAX_PROGRESS_BYTES = 1024          # a heartbeat's progress, as compact JSON
 PRIORITIES = [p.label for p in Priority]
 STATUSES = [s.value for s in Status]
 RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
@@ -173,16 +174,36 @@ def _fail_fields() -> JSON:
     }
 
 
-def _claim(config: Mapping[str, Any]) -> JSON:
-    return _obj({
+def _claim_fields(config: Mapping[str, Any]) -> JSON:
+    """What a claim asks for: a claim's body, and the ``next`` of a complete or fail."""
+    return {
         "types": _optional({"type": "array", "items": _types(config), "minItems": 1,
                             "maxItems": MAX_CLAIM_TYPES}),
         "wait": _optional(_num(0, MAX_WAIT) | {"description": "Long poll, seconds."}),
         "lease_seconds": _lease(),
+        "worker_id": IGNORED,
+    }
+
+
+def _claim(config: Mapping[str, Any]) -> JSON:
+    return _obj({
+        **_claim_fields(config),
         "max_jobs": _optional(_int(1, MAX_CLAIM_JOBS) | {"description":
                               "Claim up to this many; the answer is then {\"jobs\": [...]}."}),
-        "worker_id": IGNORED,
     })
+
+
+def _next(config: Mapping[str, Any]) -> JSON:
+    """A complete's or fail's ``next``: claim a job in the same request, after the finish."""
+    return _optional(_obj(_claim_fields(config), description=(
+        "Claim the next job in the same request, once the finish has committed (as a "
+        "claim's body; {} for the defaults); the answer is then {\"job\", \"next\"}.")))
+
+
+def _progress() -> JSON:
+    return _optional({"type": "object", "description": (
+        f"How far the job is, e.g. {{\"percent\": 40}}: at most {MAX_PROGRESS_BYTES} bytes "
+        "as compact JSON.")})
 
 
 def _batch(item: JSON, config: Mapping[str, Any]) -> JSON:
@@ -208,10 +229,11 @@ BODIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "NewJob": new_job,
     "ClaimRequest": _claim,
     "HeartbeatRequest": lambda c: _obj({"attempt": _attempt(), "lease_seconds": _lease(),
-                                        "worker_id": IGNORED}, ("attempt",)),
+                                        "progress": _progress(), "worker_id": IGNORED},
+                                       ("attempt",)),
     "CompleteRequest": lambda c: _obj({"attempt": _attempt(), "result": _result(),
-                                       "worker_id": IGNORED}, ("attempt",)),
-    "FailRequest": lambda c: _obj({"attempt": _attempt(), **_fail_fields(),
+                                       "next": _next(c), "worker_id": IGNORED}, ("attempt",)),
+    "FailRequest": lambda c: _obj({"attempt": _attempt(), **_fail_fields(), "next": _next(c),
                                    "worker_id": IGNORED}, ("attempt",)),
     "NewJobBatch": lambda c: _batch(new_job(c), c),
     "CompleteBatch": lambda c: _batch(_obj({**_job_ref(), "result": _result(),
@@ -251,6 +273,8 @@ def _job_id() -> JSON:
 QUERIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
     "JobListQuery": lambda c: _page(status=_enum(STATUSES), type=_text(),
                                     priority=_enum(PRIORITIES), schedule=_text()),
+    "JobQuery": lambda c: _obj({"wait": _num(0, MAX_WAIT) | {"description": (
+        "Seconds to wait for the job to finish (see Outcomes).")}}),
     "AuditQuery": lambda c: _page(action=_enum(AUDIT_ACTIONS), actor=_text()),
     "QueueFilters": lambda c: _obj({"status": _enum(DASHBOARD_STATUSES), "type": _text(),
                                     "priority": _enum(PRIORITIES), "producer": _text(),

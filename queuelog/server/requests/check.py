@@ -9,6 +9,7 @@ request stops there too: it grows with the request's size, never with its errors
 from __future__ import annotations
 
 import json
+import re
 import threading
 from typing import Any, Callable, Iterable, Mapping
 
@@ -204,10 +205,17 @@ def query(name: str, args: Mapping[str, str] | None = None,
     return data
 
 
+# A query's number: decimal digits, as a person types seconds ("2", "0.5"), or as a
+# program prints a float ("2.995445246226299", "1e-05"); bounded, so never slow or infinite.
+_DECIMAL = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,40})?(?:[eE][-+]?[0-9]{1,3})?")
+
+
 def _from_text(raw: str, schema: JSON) -> Any:
     """A query value as the JSON value its schema expects, where it reads as one."""
     if schema.get("type") == "integer" and raw.isascii() and raw.isdigit() and len(raw) <= 19:
         return int(raw)
+    if schema.get("type") == "number" and _DECIMAL.fullmatch(raw):
+        return float(raw)
     return raw
 
 

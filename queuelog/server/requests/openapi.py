@@ -101,6 +101,8 @@ def _job_schemas() -> JSON:
         "schedule": {"type": ["string", "null"],
                      "description": "The schedule that made the job, else null."},
         "scheduled_for": _ts(True) | {"description": "That schedule's tick, else null."},
+        "progress": {"type": ["object", "null"], "description":
+                     "The last progress a heartbeat reported, else null."},
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
     }
@@ -127,6 +129,9 @@ def _answer_schemas() -> JSON:
         "JobPage": _obj({"jobs": {"type": "array", "items": _ref("Job")},
                          "next_cursor": {"type": ["string", "null"]}},
                         ("jobs", "next_cursor")),
+        "FinishedAndNext": _obj({"job": _ref("Job"),
+                                 "next": {"anyOf": [_ref("Job"), {"type": "null"}]}},
+                                ("job", "next")),
         "Health": _obj({"status": {"const": "ok"},
                         "writes": {"const": "unavailable", "description":
                                    "Present when a write cannot be made now (SQLite's write "
@@ -269,10 +274,11 @@ def _query(declared: JSON) -> list[JSON]:
 
 
 def _verb(op_id: str, summary: str, roles: str, body: str | None,
-          security: Any = BEARER, rules: str = "", links: JSON | None = None) -> JSON:
-    """POST /jobs/{id}/<verb>: a job transition answering the job."""
-    return {"post": _op(op_id, summary, roles,
-                        {"200": _json(_ref("Job"), "The job.", links=links)},
+          security: Any = BEARER, rules: str = "", links: JSON | None = None,
+          answer: tuple[JSON, str] | None = None) -> JSON:
+    """POST /jobs/{id}/<verb>: a job transition answering the job (or ``answer``)."""
+    schema, said = answer or (_ref("Job"), "The job.")
+    return {"post": _op(op_id, summary, roles, {"200": _json(schema, said, links=links)},
                         *JOB_VERB, security=security, parameters=[JOB_ID], rules=rules,
                         requestBody=_body(body or "Empty", required=body is not None))}
 
@@ -280,7 +286,7 @@ def _verb(op_id: str, summary: str, roles: str, body: str | None,
 def _paths(config: Mapping[str, Any]) -> JSON:
     """Every route of the JSON API (the dashboard's are not part of it)."""
     listed = _query(queries(config)["JobListQuery"])
-    return {**_job_paths(listed), **_worker_paths(), **_operating_paths(config),
+    return {**_job_paths(listed, queries(config)["JobQuery"]), **_worker_paths(), **_operating_paths(config),
             **_schedule_paths(), **_service_paths()}
 
 
@@ -312,7 +318,7 @@ def _schedule_paths() -> JSON:
     }
 
 
-def _job_paths(list_params: list[JSON]) -> JSON:
+def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
     """Enqueue (one or a batch), list, get, cancel, retry."""
     job = _ref("Job")
     location = _header("The job's URL.")
@@ -339,12 +345,17 @@ def _job_paths(list_params: list[JSON]) -> JSON:
                        parameters=list_params),
         },
         "/jobs/{id}": {"get": _op("getJob", "One job with its attempt history", READERS,
-                                  {"200": _json(_ref("JobWithHistory"), "The job.")},
-                                  401, 403, 404, parameters=[JOB_ID])},
+                                  {"200": _json(_ref("JobWithHistory"), (
+                                      "The job; with `wait`, once it has finished or the "
+                                      "wait ran out (`Retry-After: 1` when no long-poll "
+                                      "slot was free to wait in)."))},
+                                  401, 403, 404, 422,
+                                  parameters=[JOB_ID, *_query(waiting)])},
         "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
                                     producers, batch, *WRITE, 409, 422, rules=BATCH,
                                     requestBody=_body("NewJobBatch"))},
-        "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending job", "its producer, admin",
+        "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending or running job",
+                                   "its producer, admin",
                                    None, security=ANY_AUTH),
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
@@ -364,6 +375,9 @@ def _worker_paths() -> JSON:
                            "description": "`1` when no slot was free.", "required": False,
                            "schema": {"type": "string"}}}}}
     per_item = {"200": _json(_ref("ItemResults"), "One result per item, in request order.")}
+    finished = ({"anyOf": [job, _ref("FinishedAndNext")]},
+                "The job; with `next`, `{\"job\", \"next\"}`: the finished job and a job "
+                "claimed after the finish committed (null when none came due).")
     return {
         "/jobs/claim": {"post": _op("claim", "Claim the best due job", "worker", claimed,
                                     *WRITE, 422, security=BEARER,
@@ -379,9 +393,9 @@ def _worker_paths() -> JSON:
                                       links=_links("CompleteJob", "FailJob")),
         "/jobs/{id}/complete": _verb("complete", "Complete a held job", WORKER,
                                      "CompleteRequest", rules=FENCED,
-                                     links=_links("GetJob")),
+                                     links=_links("GetJob"), answer=finished),
         "/jobs/{id}/fail": _verb("fail", "Fail a held attempt", WORKER, "FailRequest",
-                                 rules=FENCED, links=_links("GetJob")),
+                                 rules=FENCED, links=_links("GetJob"), answer=finished),
     }
 
 

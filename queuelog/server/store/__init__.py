@@ -43,7 +43,7 @@ __all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob
 # Each part's verbs, as the Store offers them.
 _VERBS = {
     "jobs": ("claim", "claim_many", "heartbeat", "complete", "complete_many", "fail",
-             "fail_many", "cancel", "retry"),
+             "fail_many", "cancel", "retry", "watch"),
     "enqueuing": ("enqueue", "enqueue_many"),
     "reads": ("get", "list_jobs", "ping"),
     "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
@@ -119,19 +119,23 @@ class Store:
         self.ctx.clock = clock
 
     def hook(self, *, jobs_written: Any = None, lease_expired: Any = None,
-             claimable: Any = None) -> None:
+             claimable: Any = None, finished: Any = None) -> None:
         """Set the server's callbacks: jobs created or finished (retention), a lease taken
-        back (metrics), a commit that made jobs claimable (this process's long polls)."""
+        back (metrics), a commit that made jobs claimable (this process's long polls), a
+        commit that finished a watched job (this process's waits on jobs)."""
         if jobs_written is not None:
             self.ctx.on_jobs_written = jobs_written
         if lease_expired is not None:
             self.ctx.on_lease_expired = lease_expired
         if claimable is not None:
             self.ctx.on_claimable = claimable
+        if finished is not None:
+            self.ctx.on_finished = finished
 
-    def listen(self, ring: Any) -> Any:
-        """Start hearing other processes' wake-ups (notifier.py); None: nothing to hear."""
-        return self.notifier.listen(ring)
+    def listen(self, rings: Mapping[str, Any]) -> Any:
+        """Start hearing other processes' wake-ups, ``rings`` by kind (listen.KINDS:
+        claimable, finished); None: nothing to hear."""
+        return self.notifier.listen(rings)
 
     def create_schema(self) -> None:
         """Create or upgrade the schema to the newest revision (safe from several processes)."""

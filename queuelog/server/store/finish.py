@@ -1,9 +1,10 @@
 """Ending attempts and finishing jobs: the one path every route takes.
 
-Complete (one or a batch), fail (one or a batch), a lease taken back, cancel (one or in
-bulk): each changes its rows with its backend's statement and then calls ``settled`` in
-the same transaction. What happens when jobs finish or an attempt ends (the retention
-mark, the wake-up of a freed slot or of a job due again) is written there, once.
+Complete (one or a batch), fail (one or a batch), a lease taken back, cancel (one, even a
+running one, or in bulk): each changes its rows with its backend's statement and then
+calls ``settled`` in the same transaction. What happens when jobs finish or an attempt ends
+(the retention mark, the wake-up of a freed slot or of a job due again, the wake-up of the
+requests waiting for a job's finish) is written there, once.
 """
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy import Connection
 
-from queuelog.model.jobs import Done, Job, Outcome, Status, backoff_seconds
-from queuelog.model.problems import (JobNotFound, NotHolder, QueuelogError, StaleAttempt,
-                                     WrongState)
+from queuelog.model.jobs import FINISHED, Done, Job, Outcome, Status, backoff_seconds
+from queuelog.model.problems import (JobCancelled, JobNotFound, NotHolder, QueuelogError,
+                                     StaleAttempt, WrongState)
 from queuelog.server.store import statements as st
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import to_us
+from queuelog.server.store.listen import FINISHED as FINISHED_KIND
 from queuelog.server.store.part import Context, Part
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.reads import ALL, Scope, get_row, scope_conditions
@@ -25,6 +27,9 @@ from queuelog.server.store.tables import jobs
 
 LEASE_EXPIRED_ERROR = "lease expired"
 Item = tuple[int, int, "str | None"]  # a complete's (id, attempt, result JSON)
+# The columns a batch complete returns: what its answer, its counts and ``settled`` read.
+DONE_COLUMNS = "id, type, status, watched"
+_FINISHED = frozenset(s.value for s in FINISHED)
 
 
 class Finishing(Part):
@@ -40,8 +45,9 @@ class Finishing(Part):
         # an ended attempt of one frees a slot (``settled``).
         self.slot_types: frozenset[str] = frozenset()
         d = self.engine.dialect
-        self._by_id, self._by_ids, self._attempt_end = (
-            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.ATTEMPT_END))
+        self._by_id, self._by_ids, self._attempt_end, self._attempt_cancel, self._watch = (
+            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.ATTEMPT_END, st.ATTEMPT_CANCEL,
+                                     st.WATCH))
         self._budget = {o: Prepared(s, d) for o, s in st.BUDGET.items()}
         self._retry_later = {o: Prepared(s, d) for o, s in st.RETRY_LATER.items()}
         self._fail_now = {o: Prepared(s, d) for o, s in st.FAIL_NOW.items()}
@@ -63,6 +69,8 @@ class Finishing(Part):
         if not rows:
             return
         self.on_jobs_written()
+        if any(r.watched and r.status in _FINISHED for r in rows):
+            self.notifier.notify(conn, kind=FINISHED_KIND)  # a request waits for its finish
         if any(r.status == Status.PENDING.value for r in rows):
             self.notifier.notify(conn)  # due at its run_at: waiting polls time their look
         elif ran and self.slot_types and any(r.type in self.slot_types for r in rows):
@@ -164,23 +172,43 @@ class Finishing(Part):
 
     # -- cancel ------------------------------------------------------------------------------
     def cancel(self, job_id: int, scope: Scope = ALL, actor: str | None = None) -> Job:
-        """Cancel a pending job (a producer only its own); audited when ``actor`` is given."""
+        """Cancel a pending or running job (a producer only its own): a running one's
+        attempt ends ``cancelled`` and its holder is fenced off; audited when ``actor`` is
+        given."""
         with self._write.begin() as conn:
             now = self.clock()
-            rows = self.cancel_rows(conn, now, jobs.c.id == job_id, *scope_conditions(scope))
+            before = get_row(conn, job_id, scope)  # 404 when missing or not visible
+            rows = self.cancel_rows(conn, now, jobs.c.id == job_id, running=True)
             if not rows:
-                get_row(conn, job_id, scope)  # 404 when missing or not visible
-                raise WrongState("Only a pending job can be cancelled.")
+                raise WrongState(f"Job {job_id} is {before.status}: only a pending or "
+                                 "running job can be cancelled.")
             if actor is not None:
                 record(conn, now, actor, "job.cancel", str(job_id))
         return Job.from_row(rows[0])
 
-    def cancel_rows(self, conn: Connection, now: int, *conditions: Any) -> list[Any]:
+    def cancel_rows(self, conn: Connection, now: int, *conditions: Any,
+                    running: bool = False) -> list[Any]:
         """Cancel the pending jobs matching ``conditions`` in ``conn``'s transaction (a
-        single or a bulk cancel); their rows."""
-        rows = conn.execute(st.cancel(*conditions), {"now": now}).all()
-        self.settled(conn, rows, ran=False)
+        single or a bulk cancel; ``running``: running ones too, their attempts ended
+        ``cancelled`` and their slots freed); their rows."""
+        rows = conn.execute(st.cancel(*conditions, running=running), {"now": now}).all()
+        ended = 0
+        if running:
+            # A job cancelled while it ran has its attempt open: end it ``cancelled`` (a
+            # pending job's attempts ended before, and match nothing).
+            for r in rows:
+                if r.attempt:
+                    ended += self._attempt_cancel.run(conn, {
+                        "jid": r.id, "att": r.attempt, "now": now})
+        self.settled(conn, rows, ran=bool(ended))
         return rows
+
+    # -- waiting for a finish ----------------------------------------------------------------
+    def watch(self, job_id: int) -> bool:
+        """Mark a job a request waits for, so its finish tells every process (``settled``);
+        False when it has finished already (or is gone): nothing to wait for."""
+        with self.backend.one_statement(self._write) as conn:
+            return self._watch.run(conn, {"jid": job_id}) > 0
 
     # -- why not -----------------------------------------------------------------------------
     def _refusal(self, conn: Connection, job_id: int, worker: str,
@@ -202,4 +230,7 @@ def refusal(row: Any, job_id: int, worker: str, attempt: int) -> QueuelogError:
     if row.attempt != attempt:
         return StaleAttempt(f"Attempt {attempt} is stale; the job is at attempt "
                             f"{row.attempt}.")
+    if row.status == Status.CANCELLED.value:
+        return JobCancelled(f"Job {job_id} was cancelled while attempt {attempt} ran: "
+                            "stop its work.")
     return WrongState(f"Job {job_id} is {row.status}, not running.")

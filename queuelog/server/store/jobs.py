@@ -167,13 +167,14 @@ class Jobs(Finishing):
 
     # -- heartbeat and retry ------------------------------------------------------------------
     def heartbeat(self, job_id: int, worker: str, attempt: int, *,
-                  lease_seconds: float | None = None) -> Job:
-        """Extend the lease of a job the worker holds at this attempt (from now)."""
+                  lease_seconds: float | None = None, progress_json: str | None = None) -> Job:
+        """Extend the lease of a job the worker holds at this attempt (from now); with
+        ``progress_json``, store it as the job's progress."""
         with self.backend.one_statement(self._write) as conn:  # one UPDATE: whole alone
             now = self.clock()
             row = self._heartbeat.first(conn, {
                 "jid": job_id, "att": attempt, "wkr": worker, "now": now,
-                "lease_us": us_or_none(lease_seconds)})
+                "lease_us": us_or_none(lease_seconds), "progress": progress_json})
             if row is None:
                 raise self._refusal(conn, job_id, worker, attempt)
             return Job.from_row(row)

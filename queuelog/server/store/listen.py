@@ -1,4 +1,5 @@
-"""Hearing other processes: "a job may have become claimable", across processes and servers.
+"""Hearing other processes: "a job may have become claimable" and "a watched job finished",
+across processes and servers.
 
 Two listeners, one per database (the store's ``Notifier.listen`` picks):
 
@@ -12,7 +13,9 @@ Two listeners, one per database (the store's ``Notifier.listen`` picks):
   polling: it costs an idle server nothing (a blocked ``recv``), while polling every few
   milliseconds (for a 10 ms p50) keeps a thread and a connection busy in every process.
 
-A listener only rings the bell; the long poll's look decides what is due.
+Each message names its kind (``KINDS``): a channel per kind, a byte per kind in a
+datagram. A listener only rings that kind's bell; the long poll's look decides what is due
+(or, for a wait on a job, whether it finished).
 """
 from __future__ import annotations
 
@@ -24,23 +27,32 @@ import secrets
 import socket
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
-CHANNEL = "queuelog_claimable"   # the NOTIFY channel every app server listens on
-_LISTEN = "LISTEN queuelog_claimable"  # a constant statement: no text built from a value
+CLAIMABLE = "claimable"   # a job may have become claimable: waiting claims look
+FINISHED = "finished"     # a watched job finished: waits on jobs look
+KINDS = (CLAIMABLE, FINISHED)
+CHANNELS = {CLAIMABLE: "queuelog_claimable", FINISHED: "queuelog_finished"}  # NOTIFY's
+CHANNEL = CHANNELS[CLAIMABLE]
+_KIND_OF_CHANNEL = {channel: kind for kind, channel in CHANNELS.items()}
+_LISTENS = ("LISTEN queuelog_claimable", "LISTEN queuelog_finished")  # constant statements
+assert _LISTENS == tuple(f"LISTEN {c}" for c in CHANNELS.values())
+_BYTES = {CLAIMABLE: b"w", FINISHED: b"f"}  # a datagram's bytes: the kinds it tells
+_KIND_OF_BYTE = {byte[0]: kind for kind, byte in _BYTES.items()}
 RECONNECT_FIRST = 0.05           # seconds before the first reconnect, doubling ...
 RECONNECT_MAX = 5.0              # ... up to this
 MAX_SUN_PATH = 100               # AF_UNIX paths end near 108 bytes; longer go via /proc
 
 Ring = Callable[[], None]
+Rings = Mapping[str, Ring]
 
 
 class PgListener:
     """One LISTEN connection, read in a daemon thread; reconnects, then rings once."""
 
-    def __init__(self, conninfo: str, ring: Ring) -> None:
+    def __init__(self, conninfo: str, rings: Rings) -> None:
         self.conninfo = conninfo
-        self.ring = ring
+        self.rings = rings
         self.conn: Any = None
         self.reconnects = 0   # how often the connection was made again (tests)
         with contextlib.suppress(Exception):
@@ -55,7 +67,8 @@ class PgListener:
         conn = psycopg.connect(self.conninfo, autocommit=True, connect_timeout=10,
                                keepalives=1, keepalives_idle=30, keepalives_interval=10,
                                keepalives_count=3, application_name="queuelog-listen")
-        conn.execute(_LISTEN)
+        for statement in _LISTENS:
+            conn.execute(statement)
         return conn
 
     def _run(self) -> None:
@@ -63,8 +76,8 @@ class PgListener:
         while True:
             if self.conn is not None:
                 try:
-                    for _ in self.conn.notifies():
-                        self.ring()
+                    for note in self.conn.notifies():
+                        self.rings[_KIND_OF_CHANNEL.get(note.channel, CLAIMABLE)]()
                 except Exception:  # noqa: BLE001 - terminated, restarted, network: reconnect
                     pass
                 with contextlib.suppress(Exception):
@@ -78,15 +91,16 @@ class PgListener:
                 continue
             pause = RECONNECT_FIRST
             self.reconnects += 1
-            self.ring()  # what was sent while we were away is lost: look once
+            for ring in self.rings.values():  # what was sent while we were away is lost
+                ring()
 
 
 class SocketListener:
     """A Unix datagram socket in ``folder``, read by a daemon thread that rings the bell."""
 
-    def __init__(self, folder: str, ring: Ring) -> None:
+    def __init__(self, folder: str, rings: Rings) -> None:
         os.makedirs(folder, mode=0o700, exist_ok=True)
-        self.ring = ring
+        self.rings = rings
         self.path = os.path.join(folder, f"{os.getpid()}-{secrets.token_hex(4)}")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(_address(self.path))
@@ -95,16 +109,23 @@ class SocketListener:
 
     def _run(self) -> None:
         while True:
+            heard: set[str] = set()
             try:
-                self.sock.recv(16)
-                # A burst of writes is one look: drain what else has come, ring once.
+                heard.update(kinds_of(self.sock.recv(16)))
+                # A burst of writes is one look: drain what else has come, ring once a kind.
                 while True:
-                    self.sock.recv(16, socket.MSG_DONTWAIT)
+                    heard.update(kinds_of(self.sock.recv(16, socket.MSG_DONTWAIT)))
             except BlockingIOError:
                 pass
             except OSError:
                 return  # closed
-            self.ring()
+            for kind in heard:
+                self.rings[kind]()
+
+
+def kinds_of(datagram: bytes) -> set[str]:
+    """The kinds a datagram tells (an unknown byte: claimable, the old single kind)."""
+    return {_KIND_OF_BYTE.get(byte, CLAIMABLE) for byte in datagram} or {CLAIMABLE}
 
 
 _SOCKET_NAME = re.compile(r"^\d+-")  # "<pid>-...", as SocketListener binds
@@ -112,8 +133,10 @@ _sender: tuple[int, socket.socket] | None = None
 _dir_fds: dict[str, int] = {}
 
 
-def send_all(folder: str) -> None:
-    """Wake every other process listening in ``folder`` (one byte each, never blocking)."""
+def send_all(folder: str, kinds: Iterable[str] = (CLAIMABLE,)) -> None:
+    """Wake every other process listening in ``folder`` (one datagram each naming the
+    ``kinds``, never blocking)."""
+    message = b"".join(_BYTES[kind] for kind in kinds)
     try:
         names = os.listdir(folder)
     except OSError:
@@ -125,7 +148,7 @@ def send_all(folder: str) -> None:
             continue  # ours, or not a listener's socket (the writers' lock file: turns.py)
         path = os.path.join(folder, name)
         try:
-            sock.sendto(b"w", _address(path))
+            sock.sendto(message, _address(path))
         except BlockingIOError:
             pass  # its queue is full: it has wake-ups to read already
         except ConnectionRefusedError:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 from sqlalchemy import Engine
 
 from queuelog.server.store.engine import Clock, system_clock
+from queuelog.server.store.listen import CLAIMABLE, FINISHED
 
 
 class Context:
@@ -29,7 +30,10 @@ class Context:
         # Told after a commit that made jobs claimable (this process's long polls wake;
         # other processes hear the notifier): see wakeups.py.
         self.on_claimable: Callable[[], None] = lambda: None
-        self.notifier.watch(lambda: self.on_claimable())
+        # Told after a commit that finished a job a request waits for (GET ?wait=).
+        self.on_finished: Callable[[], None] = lambda: None
+        self.notifier.watch({CLAIMABLE: lambda: self.on_claimable(),
+                             FINISHED: lambda: self.on_finished()})
 
 
 class Part:

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 from sqlalchemy import (BigInteger, ColumnElement, String, and_, bindparam, case, cast, func,
                         literal, or_, select, update)
 
-from queuelog.model.jobs import Status
+from queuelog.model.jobs import FINISHED, Status
 from queuelog.server.store import claim_policy
 from queuelog.server.store.accounts import ACTIVE_KEY
 from queuelog.server.store.engine import to_us
@@ -65,9 +65,12 @@ OWN = jobs.c.worker_id == b("wkr")
 
 
 def heartbeat(lease: Any) -> Any:
-    """A worker's heartbeat: the lease extended from now, fenced by holder and attempt."""
+    """A worker's heartbeat: the lease extended from now, fenced by holder and attempt;
+    ``:progress`` (JSON text) replaces the job's, NULL keeps it."""
     return (update(jobs).where(*HELD, OWN)
-            .values(lease_expires_at=lease, updated_at=b("now")).returning(*jobs.c))
+            .values(lease_expires_at=lease, updated_at=b("now"),
+                    progress=func.coalesce(b("progress", type_=String), jobs.c.progress))
+            .returning(*jobs.c))
 
 
 # Ending an attempt with a failure (a worker's fail, or a lease taken back): read the
@@ -86,6 +89,11 @@ FAIL_NOW = {o: _DEAD.where(*HELD, *([OWN] if o else [])).returning(*jobs.c)
 ATTEMPT_END = (update(job_attempts)
                .where(job_attempts.c.job_id == b("jid"), job_attempts.c.attempt == b("att"))
                .values(finished_at=b("now"), outcome=b("outcome"), error=b("error")))
+# A running job cancelled: its open attempt ends ``cancelled`` (an ended one is left).
+ATTEMPT_CANCEL = (update(job_attempts)
+                  .where(job_attempts.c.job_id == b("jid"), job_attempts.c.attempt == b("att"),
+                         job_attempts.c.finished_at.is_(None))
+                  .values(finished_at=b("now"), outcome="cancelled"))
 # A limited claim's new attempts, stamped again once its settle has seen the slots free.
 RESTAMP = (update(job_attempts).values(started_at=b("later"))
            .where(job_attempts.c.job_id.in_(b("ids", expanding=True)),
@@ -97,11 +105,21 @@ EXPIRED = (select(jobs.c.id, jobs.c.attempt)
            .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
 
 
-def cancel(*conditions: Any) -> Any:
-    """Pending jobs matching ``conditions`` cancelled at ``:now`` (a single or bulk cancel)."""
-    return (update(jobs).where(status_is(Status.PENDING), *conditions)
-            .values(status=Status.CANCELLED.value, finished_at=b("now"), updated_at=b("now"))
+def cancel(*conditions: Any, running: bool = False) -> Any:
+    """Pending jobs matching ``conditions`` (``running``: and running ones, a single
+    cancel) cancelled at ``:now``; a running one's lease ends with it."""
+    states = [Status.PENDING.value, Status.RUNNING.value]
+    return (update(jobs).where(jobs.c.status.in_(states) if running else
+                               status_is(Status.PENDING), *conditions)
+            .values(status=Status.CANCELLED.value, finished_at=b("now"), updated_at=b("now"),
+                    lease_expires_at=None)
             .returning(*jobs.c))
+
+
+# A finished job a request waits for (GET /jobs/{id}?wait=): marked, unless finished.
+WATCH = (update(jobs).where(jobs.c.id == b("jid"),
+                            jobs.c.status.notin_([s.value for s in FINISHED]))
+         .values(watched=True))
 
 
 def alone_guard() -> ColumnElement[bool]:

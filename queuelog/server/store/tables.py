@@ -36,6 +36,11 @@ jobs = Table(
     # Set on jobs a schedule made (SCHEDULES): its name and the tick (migration 0007).
     Column("schedule", String(100)),
     Column("scheduled_for", BigInteger),
+    # The last progress a heartbeat reported (a JSON object), and whether a request waits
+    # for the job's finish (``GET /jobs/{id}?wait=``): only then does the finish tell the
+    # other processes (migration 0012), so an unwatched finish pays no wake-up.
+    Column("progress", Text),
+    Column("watched", Boolean, nullable=False, server_default=false()),
     # V-09: a key is unique per producer, not across producers.
     UniqueConstraint("producer", "idempotency_key", name="uq_jobs_producer_idempotency"),
     # SQLite reuses the highest rowid once that row is deleted; AUTOINCREMENT never

@@ -83,7 +83,7 @@ def retry(job_id: int) -> Any:
 @bp.post("/jobs/<job_id:job_id>/cancel")
 @require(actions.dashboard, actions.cancel)
 def cancel(job_id: int) -> Any:
-    """Admin: cancel a pending job."""
+    """Admin: cancel a pending or running job (its holder is fenced off)."""
     return _act(job_id, "cancel")
 
 

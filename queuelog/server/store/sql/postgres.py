@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from queuelog.server.store.listen import CHANNEL
 
 # Many rows in one statement (``insert_rows``), read as ``jsonb`` in array order: parsed
 # once, where each ``->>`` on a ``json`` value parsed its row again.
@@ -30,7 +29,7 @@ COMPLETE = (
 WRITABLE = text("SELECT NOT pg_is_in_recovery() "
                 "AND current_setting('transaction_read_only') = 'off'")
 ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
-NOTIFY = text("SELECT pg_notify(:channel, '')").bindparams(channel=CHANNEL)
+NOTIFY = text("SELECT pg_notify(:channel, '')")  # :channel one of listen.CHANNELS
 # Two folds at once: the second's DELETE waits on the first's rows and then finds them
 # gone, so no delta is added twice.
 FOLD_COUNTS = text(
