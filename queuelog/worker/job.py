@@ -66,6 +66,7 @@ class JobRun:
         self.done = threading.Event()
         self.progress: progress.ProgressFile | None = None
         self.started = clock.monotonic()
+        self.sent_at: float | None = None  # when an answer with ``next`` was sent
 
     def run(self, release: Callable[[], None]) -> ClaimedJob | None:
         """The whole life of the job in this runner; ``release`` once its slot is free.
@@ -253,7 +254,12 @@ class JobRun:
         return claimed
 
     def _chained(self, verb: str, item: dict[str, Any], nxt: NextBody) -> ClaimedJob | None:
-        """The answer with ``next``: one request; a server without ``next`` gets it alone."""
+        """The answer with ``next``: one request; a server without ``next`` gets it alone.
+
+        Its answer comes when the next job does (or the wait ends), so the job's line is
+        written then, its seconds counted to the answer's sending, not to its return.
+        """
+        self.sent_at = self.clock.monotonic()
         chained = Chained(self.client, verb, self.job, item, nxt, hand_back=self.hand_back_job,
                           log=self.log)
         try:
@@ -266,9 +272,9 @@ class JobRun:
         return None
 
     def _log(self, outcome: str) -> None:
-        j = self.job
+        j, end = self.job, self.sent_at or self.clock.monotonic()
         self.log(f"job={j.id} type={j.type} attempt={j.attempt} "
-                 f"outcome={outcome} seconds={self.clock.monotonic() - self.started:.3f}")
+                 f"outcome={outcome} seconds={end - self.started:.3f}")
 
 
 def _with_stderr(head: str, proc: JobProcess) -> str:

@@ -40,19 +40,30 @@ esac
             wait_for(lambda n=len(answers): len(proxy.requests) == n + 1, timeout=5,
                      what="the answer")
         assert proxy.requests == ["POST /jobs/claim", *answers]
-        assert w.log().count("outcome=completed") == 3 and "outcome=failed" in w.log()
         time.sleep(0.3)
         begun = time.monotonic()
         w.signal(signal.SIGTERM)
         assert w.wait(timeout=10) == 0
         assert time.monotonic() - begun < 3  # not the 30 s the answer's long poll may last
+        # A job's line comes with its answer: the last one's, at the stop.
+        assert w.log().count("outcome=completed") == 3 and "outcome=failed" in w.log()
         assert proxy.requests[len(answers) + 1:] in ([], [f"GET /jobs/{done['id']}"])
-        after = live.producer.enqueue(jtype, {})
-        time.sleep(1.5)  # a poll whose client left claims nothing
-        assert live.admin.get(after["id"])["status"] == "pending"
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+def test_the_answer_a_stopped_runner_left_waiting_claims_nothing(live, work, jtype):
+    job = live.producer.enqueue(jtype, {})
+    w = work("--types", jtype, "--", "true")
+    wait_for(lambda: finished(live, job["id"]), what="the job")
+    time.sleep(0.3)  # its answer waits on the server for the next job now
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=10) == 0
+    assert f"job={job['id']} type={jtype} attempt=1 outcome=completed" in w.log()
+    after = live.producer.enqueue(jtype, {})
+    time.sleep(1.5)  # the server saw the connection close: the job is not claimed for it
+    assert live.admin.get(after["id"])["status"] == "pending"
 
 
 def test_a_cancelled_command_is_killed_within_a_third_of_its_lease(live, work, jtype,
