@@ -31,6 +31,12 @@ RETRY_FIRST_SECONDS = 0.25
 RETRY_MAX_SECONDS = 10.0
 # Answers whose outcome is unknown: the request may or may not have been applied.
 TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The longest a server waits in one request (a claim's ``wait``, ``GET /jobs/{id}?wait=``).
+MAX_WAIT = 30.0
+# A wait answered this early with the job unfinished and no Retry-After (a server shutting
+# down, or one without waits) is looked at again after this long, not at once.
+EARLY_ANSWER_PAUSE = 0.25
+FINISHED = frozenset({"completed", "failed", "cancelled"})
 
 
 class ClientError(Exception):
@@ -55,6 +61,26 @@ class ProblemError(ClientError):
     def transient(self) -> bool:
         """True when retrying the same request later may succeed (5xx, 429)."""
         return self.status in TRANSIENT_STATUSES or self.status > 500
+
+    @property
+    def cancelled(self) -> bool:
+        """True for the 409 its holder gets once a running job was cancelled."""
+        return self.status == 409 and self.type.endswith("cancelled")
+
+
+class JobWaitTimeout(ClientError, TimeoutError):
+    """``wait`` (or ``enqueue(wait=)``) ran out before the job finished.
+
+    A ``TimeoutError``, as Celery's ``AsyncResult.get`` and RQ raise, so that an unfinished
+    job is never mistaken for a finished one; it keeps the job's ``id`` and the ``job`` as
+    last seen (``None`` if no answer came), so the caller can wait again or cancel it.
+    """
+
+    def __init__(self, id: int, job: dict[str, Any] | None, timeout: float) -> None:
+        status = job.get("status") if job else "unknown"
+        super().__init__(f"job {id} did not finish within {timeout:g} s (status {status})")
+        self.id = id
+        self.job = job
 
 
 class Unreachable(ClientError):
@@ -115,13 +141,20 @@ class Client:
 
     # -- producers ---------------------------------------------------------------------------
 
-    def enqueue(self, type: str, payload: dict[str, Any] | None = None,
-                **fields: Any) -> dict[str, Any]:
-        """Enqueue one job (``priority``, ``max_retries``, ``run_at``, ``idempotency_key``...)."""
+    def enqueue(self, type: str, payload: dict[str, Any] | None = None, *,
+                wait: float | bool | None = None, **fields: Any) -> dict[str, Any]:
+        """Enqueue one job (``priority``, ``max_retries``, ``run_at``, ``idempotency_key``...).
+
+        ``wait=S``: then wait up to S seconds for it to finish (``True``: as long as it
+        takes) and return the finished job; ``JobWaitTimeout`` (with the job) after S.
+        """
         body = {"type": type, **{k: v for k, v in fields.items() if v is not None}}
         if payload is not None:
             body["payload"] = payload
-        return self._request("POST", "jobs", body)
+        job: dict[str, Any] = self._request("POST", "jobs", body)
+        if wait is None or wait is False:
+            return job
+        return self.wait(job["id"], timeout=None if wait is True else float(wait))
 
     def enqueue_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Enqueue a batch (each item a ``POST /jobs`` body), all or nothing; jobs in order."""
@@ -145,36 +178,49 @@ class Client:
             body["max_jobs"] = max_jobs
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
-        read = (self._timeout.read or TIMEOUT.read) + wait
-        t = self._timeout
-        timeout = httpx.Timeout(connect=t.connect, read=read, write=t.write,
-                                pool=t.pool) if wait else None
-        answer = self._request("POST", "jobs/claim", body, timeout=timeout)
+        answer = self._request("POST", "jobs/claim", body, timeout=self._waiting(wait))
         if max_jobs is not None:
             return list(answer["jobs"]) if answer else []
         return answer  # None on 204
 
-    def heartbeat(self, job: HeldJob, lease_seconds: float | None = None) -> dict[str, Any]:
-        """Extend the lease of a held job; returns the job with its new ``lease_expires_at``."""
+    def heartbeat(self, job: HeldJob, lease_seconds: float | None = None, *,
+                  progress: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Extend the lease of a held job (and report its ``progress``, an object up to 1 KiB).
+
+        Returns the job with its new ``lease_expires_at``. A job cancelled meanwhile is a
+        409 ``ProblemError`` whose ``cancelled`` is True: stop working on it.
+        """
         body: dict[str, Any] = {"attempt": _fence(job)[1]}
         if lease_seconds is not None:
             body["lease_seconds"] = lease_seconds
+        if progress is not None:
+            body["progress"] = progress
         return self._answer(job, "heartbeat", body, outcome=None)
 
-    def complete(self, job: HeldJob, result: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Complete a held job, with an optional result object."""
+    def complete(self, job: HeldJob, result: dict[str, Any] | None = None,
+                 next: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Complete a held job, with an optional result object.
+
+        With ``next`` (a claim's ``types``, ``wait``, ``lease_seconds``; ``{}`` for the
+        defaults) it also claims the worker's next job: ``{"job": <completed>, "next": <a
+        claimed job or None>}``, as the API answers.
+        """
         body: dict[str, Any] = {"attempt": _fence(job)[1]}
         if result is not None:
             body["result"] = result
-        return self._answer(job, "complete", body, outcome="completed")
+        return self._answer(job, "complete", body, outcome="completed", next=next)
 
     def fail(self, job: HeldJob, error: str, retry: bool = True,
-             retry_in: float | None = None) -> dict[str, Any]:
-        """Fail a held attempt: retried later as the job's retries allow, unless ``retry`` is False."""
+             retry_in: float | None = None, next: dict[str, Any] | None = None
+             ) -> dict[str, Any]:
+        """Fail a held attempt: retried later as the job's retries allow, unless ``retry`` is False.
+
+        ``next`` claims the next job in the same request, as on ``complete``.
+        """
         body: dict[str, Any] = {"attempt": _fence(job)[1], "error": error, "retry": retry}
         if retry_in is not None:
             body["retry_in"] = retry_in
-        return self._answer(job, "fail", body, outcome="failed")
+        return self._answer(job, "fail", body, outcome="failed", next=next)
 
     def complete_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Complete several held jobs in one request (items: ``id``, ``attempt``, ``result``).
@@ -199,6 +245,49 @@ class Client:
         """One job, with ``attempts``: its history."""
         return self._request("GET", f"jobs/{int(id)}")
 
+    def wait(self, id: int, timeout: float | None = None) -> dict[str, Any]:
+        """The job once it has finished (completed, failed or cancelled), with its history.
+
+        Each request waits on the server (``GET /jobs/{id}?wait=``, 30 s at most), which
+        answers as soon as the job finishes. ``timeout`` None waits as long as it takes, a
+        server outage included; after ``timeout`` seconds: ``JobWaitTimeout``.
+        """
+        job_id = int(id)
+        end = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        seen: dict[str, Any] | None = None
+        tries = 0
+        while True:
+            asked = MAX_WAIT if end is None else min(MAX_WAIT, max(0.0, end - time.monotonic()))
+            try:
+                seen, pause = self._wait_once(job_id, asked)
+                if seen.get("status") in FINISHED:
+                    return seen
+                tries = 0
+            except ProblemError as exc:
+                if not exc.transient:
+                    raise
+                pause, tries = max(backoff(tries), exc.retry_after or 0), tries + 1
+            except Unreachable:
+                pause, tries = backoff(tries), tries + 1
+            left = float("inf") if end is None else end - time.monotonic()
+            if left <= 0:
+                raise JobWaitTimeout(job_id, seen, timeout or 0.0)
+            if pause and self._closed.wait(min(pause, RETRY_MAX_SECONDS, left)):
+                raise Unreachable(f"{self.url}: the client was closed")
+
+    def _wait_once(self, job_id: int, asked: float) -> tuple[dict[str, Any], float]:
+        """One waiting read: the job, and how long to pause before the next (0: none)."""
+        started = time.monotonic()
+        resp = self._send("GET", f"jobs/{job_id}", params={"wait": _seconds(asked)},
+                          timeout=self._waiting(asked))
+        job = _json_of(resp, self.url)
+        if not isinstance(job, dict):
+            raise ClientError(f"{self.url}: the answer to GET /jobs/{job_id} is no job")
+        pause = _retry_after(resp)  # the server's long-poll slots were all taken
+        if pause is None and time.monotonic() - started < asked / 2:
+            pause = EARLY_ANSWER_PAUSE  # answered early, unfinished: do not ask again at once
+        return job, pause or 0.0
+
     def list(self, **filters: Any) -> Iterator[dict[str, Any]]:
         """Every job the key may see (``status``, ``type``, ``priority``, ``limit`` per page)."""
         return self._pages("jobs", "jobs", filters)
@@ -206,7 +295,7 @@ class Client:
     # -- repair: cancel and retry (a producer cancels its own jobs; admins do both) ----------
 
     def cancel(self, job: int | dict[str, Any]) -> dict[str, Any]:
-        """Cancel a pending job (an id or a job); 409 once it is claimed."""
+        """Cancel a pending, blocked or running job (an id or a job); 409 once finished."""
         return self._request("POST", f"jobs/{_id(job)}/cancel")
 
     def retry(self, job: int | dict[str, Any]) -> dict[str, Any]:
@@ -296,19 +385,30 @@ class Client:
             params["cursor"] = page["next_cursor"]
 
     def _answer(self, job: HeldJob, verb: str, body: dict[str, Any],
-                outcome: str | None) -> dict[str, Any]:
-        """POST a fenced answer; retry what may not have landed until the lease runs out."""
+                outcome: str | None, next: dict[str, Any] | None = None) -> dict[str, Any]:
+        """POST a fenced answer; retry what may not have landed until the lease runs out.
+
+        ``next`` goes with the first try only. A finish commits once, so no retry could
+        claim twice anyway; but a retry comes after an outage, and then the answer alone
+        is what matters (the runner claims the usual way): it is ``{"job", "next": None}``.
+        """
         path = f"jobs/{_fence(job)[0]}/{verb}"
         deadline = lease_deadline(job)
         tries = 0
         while True:
             try:
-                return self._request("POST", path, body)
+                if next is None:
+                    return self._request("POST", path, body)  # type: ignore[no-any-return]
+                if not tries:
+                    return self._request(  # type: ignore[no-any-return]
+                        "POST", path, {**body, "next": next},
+                        timeout=self._waiting(float(next.get("wait") or 0)))
+                return {"job": self._request("POST", path, body), "next": None}
             except ProblemError as exc:
                 if exc.status == 409 and tries and outcome is not None:
                     landed = self.landed(job, outcome)
                     if landed is not None:
-                        return landed
+                        return landed if next is None else {"job": landed, "next": None}
                 if not exc.transient or self._give_up(deadline, tries):
                     raise
                 delay = max(backoff(tries), min(exc.retry_after or 0, RETRY_MAX_SECONDS))
@@ -318,6 +418,14 @@ class Client:
                 delay = backoff(tries)
             tries += 1
             self._closed.wait(min(delay, max(0.05, deadline - time.time())))
+
+    def _waiting(self, wait: float) -> httpx.Timeout | None:
+        """The timeout of a request the server may hold ``wait`` seconds (None: the usual)."""
+        if not wait:
+            return None
+        t = self._timeout
+        return httpx.Timeout(connect=t.connect, read=(t.read or TIMEOUT.read) + wait,
+                             write=t.write, pool=t.pool)
 
     def _give_up(self, deadline: float, tries: int) -> bool:
         return self._closed.is_set() or time.time() >= deadline
@@ -342,11 +450,7 @@ class Client:
         resp = self._send(method, path, body, params=params, timeout=timeout)
         if resp.status_code == 204:
             return None
-        try:
-            return resp.json()
-        except ValueError:
-            raise ClientError(f"{self.url}: the answer to {method} /{path} is not JSON; "
-                              "is this a queuelog server?") from None
+        return _json_of(resp, self.url)
 
     def _send(self, method: str, path: str, body: dict[str, Any] | None = None, *,
               params: dict[str, Any] | None = None,
@@ -364,6 +468,29 @@ class Client:
         if not resp.is_success:
             raise _problem(resp)
         return resp
+
+
+def _json_of(resp: httpx.Response, url: str) -> Any:
+    """The decoded JSON of a 2xx answer; ``ClientError`` when it is not JSON."""
+    try:
+        return resp.json()
+    except ValueError:
+        req = resp.request
+        raise ClientError(f"{url}: the answer to {req.method} {req.url.path} is not JSON; "
+                          "is this a queuelog server?") from None
+
+
+def _seconds(value: float) -> str:
+    """Seconds as a query string value: ``30``, ``0.5`` (milliseconds at most)."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    """The answer's ``Retry-After`` in seconds, if it has one."""
+    try:
+        return float(resp.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
 
 
 def _id(job: int | dict[str, Any]) -> int:
@@ -393,11 +520,7 @@ def _attempt_outcome(job: dict[str, Any], attempt: int) -> str | None:
 
 def _problem(resp: httpx.Response) -> ProblemError:
     """A ``ProblemError`` from an error answer, problem+json or not (a proxy's HTML page)."""
-    retry_after: float | None = None
-    try:
-        retry_after = float(resp.headers.get("Retry-After", ""))
-    except ValueError:
-        pass
+    retry_after = _retry_after(resp)
     try:
         body = resp.json()
     except (ValueError, json.JSONDecodeError):

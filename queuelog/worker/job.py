@@ -11,10 +11,25 @@ from typing import Any, Callable
 
 from queuelog.client import Client, ClientError, ProblemError
 from queuelog.model.claimed import ClaimedJob
+from queuelog.worker import progress
 from queuelog.worker.answers import Answers
+from queuelog.worker.chain import Chained
 from queuelog.worker.clock import SYSTEM, Clock
 from queuelog.worker.process import (ERROR_BYTES, STDOUT_TAIL, JobProcess, describe_exit,
                                      parse_result)
+
+# A cancelled job's command runs at most this long after the cancel (CONTRACT): the runner
+# learns of it from a heartbeat's 409, so it beats at least this often.
+CANCEL_NOTICE_SECONDS = 10.0
+# While a command's progress changes, a heartbeat carries it at least this often (the
+# contract's 2 s, less the file's look interval).
+PROGRESS_GAP_SECONDS = 1.0
+NextBody = dict[str, Any]
+
+
+def beat_interval(lease: float) -> float:
+    """Seconds between heartbeats: a third of the lease, at most the cancel notice."""
+    return max(0.2, min(CANCEL_NOTICE_SECONDS, lease / 3))
 
 
 @dataclass(frozen=True)
@@ -33,31 +48,58 @@ class JobRun:
     def __init__(self, job: ClaimedJob, *, settings: Settings, client: Client,
                  answers: Answers, must_stop: Callable[[], bool],
                  refused: Callable[[ProblemError], None], log: Callable[[str], None],
-                 clock: Clock = SYSTEM, hurry: Callable[[], bool] = lambda: False) -> None:
+                 clock: Clock = SYSTEM, hurry: Callable[[], bool] = lambda: False,
+                 chain: Callable[[], NextBody | None] = lambda: None,
+                 stopping: Callable[[], bool] = lambda: False,
+                 unchained: Callable[[], None] = lambda: None,
+                 hand_back: Callable[[ClaimedJob, str], None] = lambda job, why: None) -> None:
         self.job, self.settings, self.client, self.answers = job, settings, client, answers
         self.must_stop, self.refused, self.log, self.clock = must_stop, refused, log, clock
         self.hurry = hurry  # a second signal: a stopped command gets no 5 s after SIGTERM
+        # The one-request loop: ``chain`` gives the ``next`` of this job's answer (None: the
+        # runner wants no job for this slot now); ``stopping``: a stop came (SIGTERM).
+        self.chain, self.stopping, self.unchained = chain, stopping, unchained
+        self.hand_back_job = hand_back  # a job a request answered after a stop
         self.lease = settings.lease or job.lease_seconds
         self.lost = threading.Event()
+        self.cancelled = False  # the 409 that ended it said "cancelled"
         self.done = threading.Event()
+        self.progress: progress.ProgressFile | None = None
         self.started = clock.monotonic()
+        self.sent_at: float | None = None  # when an answer with ``next`` was sent
 
-    def run(self, release: Callable[[], None]) -> None:
-        """The whole life of the job in this runner; ``release`` once its command is over."""
+    def run(self, release: Callable[[], None]) -> ClaimedJob | None:
+        """The whole life of the job in this runner; ``release`` once its slot is free.
+
+        Returns the next job, claimed for the same slot with this job's answer (``next``):
+        its slot is still taken, and ``release`` was not called.
+        """
         try:
+            self.progress = progress.ProgressFile(self.job.id, log=self.log)
             proc = JobProcess(self.settings.command, self.job.payload, self.child_env())
         except OSError as exc:  # deleted or made unexecutable since the runner started
+            self._remove_progress()
             release()
             self._fail("failed", f"cannot run {self.settings.command[0]}: {exc}")
-            return
+            return None
         try:
             threading.Thread(target=self.heartbeats, args=(proc.kill,), daemon=True).start()
             ended = self._watch(proc)
             code = proc.finish()
         finally:
             self.done.set()
+            self._remove_progress()
+        body = None if self.lost.is_set() else self.chain()
+        if body is None:
             release()  # the next job may start while this one's answer is sent
-        self._report(ended, code, proc)
+        nxt = self._report(ended, code, proc, body)
+        if body is not None and nxt is None:
+            release()
+        return nxt
+
+    def _remove_progress(self) -> None:
+        if self.progress is not None:
+            self.progress.remove()
 
     def hand_back(self, why: str) -> None:
         """Give the job back unrun: failed with retry, due again at once (``retry_in`` 0)."""
@@ -66,23 +108,31 @@ class JobRun:
     def child_env(self) -> dict[str, str]:
         """The command's environment: the runner's, less its token, plus the job's fields."""
         j = self.job
-        return {**self.settings.env, "QUEUELOG_JOB_ID": str(j.id),
-                "QUEUELOG_JOB_TYPE": j.type, "QUEUELOG_JOB_ATTEMPT": str(j.attempt),
-                "QUEUELOG_JOB_PRIORITY": "" if j.priority is None else str(j.priority)}
+        env = {**self.settings.env, "QUEUELOG_JOB_ID": str(j.id),
+               "QUEUELOG_JOB_TYPE": j.type, "QUEUELOG_JOB_ATTEMPT": str(j.attempt),
+               "QUEUELOG_JOB_PRIORITY": "" if j.priority is None else str(j.priority)}
+        if self.progress is not None:
+            env[progress.ENV] = self.progress.path
+        return env
 
-    def _report(self, ended: str, code: int, proc: JobProcess) -> None:
+    def _report(self, ended: str, code: int, proc: JobProcess,
+                nxt: NextBody | None = None) -> ClaimedJob | None:
+        """Answer as the command ended; the next job, when ``nxt`` claimed one."""
         if self.lost.is_set():
-            self._log("lost")  # the lease went to someone else: the answer is theirs now
-        elif ended == "timeout":
-            self._fail("timed-out", f"timed out after {self.settings.timeout:g} s")
-        elif ended == "stopped":
+            # Cancelled, or the lease went to someone else: the answer is not ours to give.
+            self._log("cancelled" if self.cancelled else "lost")
+            return None
+        if ended == "timeout":
+            return self._fail("timed-out", f"timed out after {self.settings.timeout:g} s",
+                              nxt=nxt)
+        if ended == "stopped":
             error = _with_stderr("stopped: the worker shut down and the grace period ended",
                                  proc)
-            self._fail("stopped", error, retry_in=0)
-        elif code == 0:
-            self._complete(parse_result(proc.stdout), proc.stdout.last(STDOUT_TAIL))
-        else:
-            self._fail("failed", _with_stderr(describe_exit(code), proc))
+            return self._fail("stopped", error, retry_in=0)
+        if code == 0:
+            return self._complete(parse_result(proc.stdout), proc.stdout.last(STDOUT_TAIL),
+                                  nxt)
+        return self._fail("failed", _with_stderr(describe_exit(code), proc), nxt=nxt)
 
     def _watch(self, proc: JobProcess) -> str:
         """Wait for the command to exit, or kill it; returns why it ended."""
@@ -101,74 +151,130 @@ class JobRun:
         return "exited"
 
     def heartbeats(self, kill: Callable[[], None]) -> None:
-        """Heartbeat every third of the lease; a 409 means the lease is gone: kill, say nothing."""
-        interval = max(self.lease / 3, 0.2)
-        while not self.done.wait(interval):
-            try:
-                answer = self.client.heartbeat(self.job, lease_seconds=self.settings.lease)
-                self.job = self.job.renewed(answer)
-            except ProblemError as exc:
-                if self.done.is_set():
-                    return
-                if exc.status in (401, 403):
-                    self.refused(exc)
-                    return
-                if exc.status in (404, 409):
-                    self.lost.set()
-                    kill()
-                    return
-                self._beat_failed(f"{exc.status} {exc.detail}")
-            except Exception as exc:  # unreachable, or an answer that is not the server's
-                if self.done.is_set():
-                    return
-                self._beat_failed(f"{type(exc).__name__}: {exc}")
+        """Heartbeat every ``beat_interval``, and soon after the progress file changes.
+
+        A 409 means the job is no longer this attempt's (its lease was lost, or it was
+        cancelled): kill the command and say nothing to the server.
+        """
+        interval = beat_interval(self.lease)
+        look = min(progress.LOOK_SECONDS, interval) if self.progress else interval
+        since, pending = 0.0, None  # seconds since the last beat (counted in looks)
+        while not self.done.wait(look):
+            since += look
+            if self.progress is not None:
+                changed = self.progress.changed()
+                pending = changed if changed is not None else pending
+            if since < interval - 1e-6 and (pending is None or since < PROGRESS_GAP_SECONDS):
+                continue
+            since = 0.0
+            beat = self._beat(kill, pending)
+            if beat is None:
+                return
+            if beat:
+                pending = None
+
+    def _beat(self, kill: Callable[[], None], progress: dict[str, Any] | None) -> bool | None:
+        """One heartbeat: True if it landed, False if not, None when the job is over."""
+        extra = {} if progress is None else {"progress": progress}
+        try:
+            answer = self.client.heartbeat(self.job, lease_seconds=self.settings.lease,
+                                           **extra)
+            self.job = self.job.renewed(answer)
+            return True
+        except ProblemError as exc:
+            if self.done.is_set():
+                return None
+            if exc.status in (401, 403):
+                self.refused(exc)
+                return None
+            if exc.status in (404, 409):
+                self.cancelled = exc.cancelled
+                self.lost.set()
+                kill()
+                return None
+            if exc.status == 422 and progress is not None:
+                # The server refused the progress (not the lease): beat again without it.
+                self.log(f"job={self.job.id} progress refused ({exc.detail}); the job goes on")
+                again = self._beat(kill, None)
+                return None if again is None else True  # that progress is dropped either way
+            self._beat_failed(f"{exc.status} {exc.detail}")
+        except Exception as exc:  # unreachable, or an answer that is not the server's
+            if self.done.is_set():
+                return None
+            self._beat_failed(f"{type(exc).__name__}: {exc}")
+        return False
 
     def _beat_failed(self, why: str) -> None:
         # Tried again on schedule; the lease may still run out, and the log says why.
         self.log(f"job={self.job.id} heartbeat failed, retrying: {why}")
 
-    def _complete(self, result: dict[str, Any] | None, stdout: str) -> None:
+    def _complete(self, result: dict[str, Any] | None, stdout: str,
+                  nxt: NextBody | None = None) -> ClaimedJob | None:
         item = {} if result is None else {"result": result}
         try:
-            self._answer("completed", "complete", item, refusals=(400, 422))
+            return self._answer("completed", "complete", item, refusals=(400, 422), nxt=nxt)
         except ProblemError as exc:
             if exc.status == 400 and result is not None and result != {"stdout": stdout}:
                 # The server refused the JSON itself (nesting too deep): keep it as text.
-                return self._complete({"stdout": stdout}, stdout)
+                return self._complete({"stdout": stdout}, stdout, nxt)
             error = f"the server refused the result ({exc.status}): {exc.detail}"
-            self._fail("failed", error, retry=False)
-        return None
+            return self._fail("failed", error, retry=False, nxt=nxt)
 
     def _fail(self, outcome: str, error: str, *, retry: bool = True,
-              retry_in: float | None = None) -> None:
+              retry_in: float | None = None, nxt: NextBody | None = None) -> ClaimedJob | None:
         item: dict[str, Any] = {"error": error, "retry": retry}
         if retry_in is not None:
             item["retry_in"] = retry_in
-        self._answer(outcome, "fail", item)
+        return self._answer(outcome, "fail", item, nxt=nxt)
 
     def _answer(self, outcome: str, verb: str, item: dict[str, Any],
-                refusals: tuple[int, ...] = ()) -> None:
-        """Send the answer; raises a ProblemError whose status is in ``refusals``."""
+                refusals: tuple[int, ...] = (), nxt: NextBody | None = None
+                ) -> ClaimedJob | None:
+        """Send the answer (with ``nxt``: and claim); raises a refusal listed in ``refusals``."""
+        claimed = None
         try:
-            self.answers.send(verb, self.job, item)
+            if nxt is None:
+                self.answers.send(verb, self.job, item)
+            else:
+                claimed = self._chained(verb, item, nxt)
         except ProblemError as exc:
             if exc.status in refusals:
                 raise
             if exc.status in (401, 403):
                 self.refused(exc)
-            # 409: the lease ran out and the job went back (or to someone else) meanwhile.
-            self._log("lost" if exc.status in (404, 409) else
-                      f"unreported ({exc.status} {exc.detail})")
-            return
+            # 409: the job was cancelled, or the lease ran out and the job went back (or to
+            # someone else) meanwhile.
+            self._log("cancelled" if exc.cancelled else "lost" if exc.status in (404, 409)
+                      else f"unreported ({exc.status} {exc.detail})")
+            return None
         except ClientError as exc:
             self._log(f"unreported ({type(exc).__name__}: {exc})")
-            return
+            return None
         self._log(outcome)
+        return claimed
+
+    def _chained(self, verb: str, item: dict[str, Any], nxt: NextBody) -> ClaimedJob | None:
+        """The answer with ``next``: one request; a server without ``next`` gets it alone.
+
+        Its answer comes when the next job does (or the wait ends), so the job's line is
+        written then, its seconds counted to the answer's sending, not to its return.
+        """
+        self.sent_at = self.clock.monotonic()
+        chained = Chained(self.client, verb, self.job, item, nxt, hand_back=self.hand_back_job,
+                          log=self.log)
+        try:
+            return chained.send(self.stopping)
+        except ProblemError as exc:
+            if exc.status != 422 or "next" not in str(exc.errors):
+                raise
+        self.unchained()  # an older server refused the field: answers go alone from now on
+        self.answers.send(verb, self.job, item)
+        return None
 
     def _log(self, outcome: str) -> None:
-        j = self.job
+        j, end = self.job, self.sent_at or self.clock.monotonic()
         self.log(f"job={j.id} type={j.type} attempt={j.attempt} "
-                 f"outcome={outcome} seconds={self.clock.monotonic() - self.started:.3f}")
+                 f"outcome={outcome} seconds={end - self.started:.3f}")
 
 
 def _with_stderr(head: str, proc: JobProcess) -> str:

@@ -52,6 +52,11 @@ class Runner:
         self._hard_end = float("inf")
         self._fatal: str | None = None
         self._batch_claims = concurrency > 1
+        # The one-request loop (a job's answer claims the next, ``next``) with one slot.
+        # With more, answers and claims of jobs that end together go in batches (one
+        # transaction for several jobs, where ``next`` costs two per job), and one long
+        # poll per slot would take more than the server's long-poll slots.
+        self._chaining = concurrency == 1
         self.answers = Answers(client, log=self.log, clock=clock)
 
     # -- the main thread -----------------------------------------------------------------------
@@ -240,19 +245,42 @@ class Runner:
         """The job's run, with this runner's narrow collaborators."""
         return JobRun(job, settings=self.settings, client=self.client, answers=self.answers,
                       must_stop=self.must_stop, refused=self.refused, log=self.log,
-                      clock=self.clock, hurry=self._hard.is_set)
+                      clock=self.clock, hurry=self._hard.is_set, chain=self._next_body,
+                      stopping=self._stop.is_set, unchained=self._unchain,
+                      hand_back=self._return_unrun)
+
+    def _next_body(self) -> dict[str, Any] | None:
+        """The ``next`` of a job's answer: claim for its slot (None: not now)."""
+        if not self._chaining or self._stop.is_set():
+            return None
+        body: dict[str, Any] = {"wait": POLL_WAIT}
+        if self.types is not None:
+            body["types"] = list(self.types)
+        if self.settings.lease is not None:
+            body["lease_seconds"] = self.settings.lease
+        return body
+
+    def _unchain(self) -> None:
+        self._chaining = False  # the server does not know ``next``: claim the usual way
+
+    def _return_unrun(self, job: ClaimedJob, why: str) -> None:
+        """Hand back a job a request claimed after the stop; it never held a slot."""
+        self._job_run(job).hand_back(why)
 
     # -- one job -------------------------------------------------------------------------------
 
     def _job_thread(self, job: ClaimedJob) -> None:
         released = threading.Event()
 
-        def release() -> None:  # once, whichever way the job ends
+        def release() -> None:  # once, whichever way the jobs of this slot end
             if not released.is_set():
                 released.set()
                 self.slots.release()
+        current: ClaimedJob | None = job
         try:
-            self._job_run(job).run(release)
+            while current is not None:  # a job's answer may bring the slot's next job
+                job = current
+                current = self._job_run(job).run(release)
         except Exception as exc:  # a bug here must not stop the other jobs or hang the exit
             self.log(f"job={job.id} internal error: {type(exc).__name__}: {exc}")
         finally:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -11,10 +12,11 @@ from typing import Any, Callable, Iterator
 
 import httpx
 import pytest
+from helpers import SQLITE_ONLY
 from server_process import ROOT, free_port
 
 from queuelog import client as client_module
-from queuelog.client import KEEPALIVE_EXPIRY, Client, ProblemError, Unreachable
+from queuelog.client import KEEPALIVE_EXPIRY, Client, JobWaitTimeout, ProblemError, Unreachable
 
 
 def token_of(headers: dict[str, str]) -> str:
@@ -391,6 +393,145 @@ def test_every_public_method_has_a_one_line_docstring():
             "set_limits", "clear_limits", "schedules", "pause_schedule", "resume_schedule",
             "run_schedule", "workers", "audit", "healthz", "metrics", "openapi"} <= set(public)
     assert [n for n in public if not (getattr(Client, n).__doc__ or "").strip()] == []
+
+
+# -- outcomes: waiting, next, progress, cancel (issue 36) -------------------------------------
+
+def later(seconds: float, action: Callable[[], Any]) -> threading.Thread:
+    """Run ``action`` in a thread after ``seconds`` (a worker finishing while a test waits)."""
+    thread = threading.Thread(target=lambda: (time.sleep(seconds), action()), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_wait_returns_the_job_as_soon_as_it_finishes(connect, producer, worker):
+    p, w = connect(producer), connect(worker)
+    job = p.enqueue("email", {"to": "ada@example.com"})
+    later(0.5, lambda: w.complete(w.claim(), {"sent": True}))
+    begun = time.monotonic()
+    done = p.wait(job["id"], timeout=10)
+    assert 0.4 < time.monotonic() - begun < 5  # woken by the finish, not by a timeout
+    assert done["status"] == "completed" and done["result"] == {"sent": True}
+    assert [a["outcome"] for a in done["attempts"]] == ["completed"]
+    assert p.wait(job["id"], timeout=0) == done  # finished already: answered at once
+
+
+def test_wait_raises_a_timeout_error_that_keeps_the_job(connect, producer):
+    p = connect(producer)
+    job = p.enqueue("email")
+    begun = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        p.wait(job["id"], timeout=0.5)
+    assert 0.5 <= time.monotonic() - begun < 3
+    assert isinstance(info.value, JobWaitTimeout) and info.value.id == job["id"]
+    assert info.value.job["status"] == "pending"
+    with pytest.raises(ProblemError) as missing:  # an error answer is raised, not waited on
+        p.wait(job["id"] + 100, timeout=5)
+    assert missing.value.status == 404
+
+
+def test_enqueue_with_wait_returns_the_finished_job_or_the_id_in_the_timeout(
+        connect, producer, worker):
+    p, w = connect(producer), connect(worker)
+    later(0.3, lambda: w.fail(w.claim(), "no such address", retry=False))
+    failed = p.enqueue("email", {"to": "nobody"}, wait=10)
+    assert failed["status"] == "failed" and failed["payload"] == {"to": "nobody"}
+    with pytest.raises(JobWaitTimeout) as info:
+        p.enqueue("email", {"n": 2}, wait=0.3)
+    pending = p.get(info.value.id)  # not lost: the caller can wait again, or cancel it
+    assert pending["payload"] == {"n": 2} and pending["status"] == "pending"
+
+
+@SQLITE_ONLY  # the client's side of the busy answer: the same from either backend
+@pytest.mark.parametrize("config", [{"LONG_POLL_SLOTS": 1}])
+def test_wait_honours_retry_after_when_the_servers_long_polls_are_taken(
+        app, connect, producer, worker):
+    inner = httpx.WSGITransport(app=app)
+    waits: list[tuple[float, str | None]] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        resp = inner.handle_request(request)
+        if request.method == "GET":
+            waits.append((time.monotonic(), resp.headers.get("Retry-After")))
+        return resp
+    p = connect(producer, httpx.MockTransport(record))
+    job = p.enqueue("email")
+    w = connect(worker)
+    poll = later(0, lambda: w.claim(["pdf"], wait=3))  # takes the one long-poll slot
+    time.sleep(0.3)
+    with pytest.raises(JobWaitTimeout):
+        p.wait(job["id"], timeout=2.2)
+    poll.join(5)
+    # One look a second, as the server asked (no busy loop), and a last one at the end.
+    assert 3 <= len(waits) <= 4 and [after for _, after in waits[:3]] == ["1"] * 3
+    assert all(b - a >= 0.9 for (a, _), (b, _) in zip(waits[:3], waits[1:3]))
+
+
+def test_complete_and_fail_with_next_claim_in_the_same_request(app, connect, producer, worker):
+    inner = httpx.WSGITransport(app=app)
+    paths: list[str] = []
+
+    def record(request: httpx.Request) -> httpx.Response:
+        paths.append(f"{request.method} {request.url.path}")
+        return inner.handle_request(request)
+    p, w = connect(producer), connect(worker, httpx.MockTransport(record))
+    first, second, third = (p.enqueue("email", {"n": n})["id"] for n in range(3))
+    answer = w.complete(w.claim(), {"ok": 1}, next={})
+    assert set(answer) == {"job", "next"}
+    assert answer["job"]["id"] == first and answer["job"]["status"] == "completed"
+    assert answer["next"]["id"] == second and answer["next"]["status"] == "running"
+    answer = w.fail(answer["next"], "boom", retry_in=60, next={"types": ["email"], "wait": 1})
+    assert answer["job"]["status"] == "pending" and answer["next"]["id"] == third
+    last = w.complete(answer["next"], next={"wait": 0})
+    assert last["job"]["id"] == third and last["job"]["status"] == "completed"
+    assert last["next"] is None  # nothing is due: the worker's next request is a claim
+    assert paths == ["POST /jobs/claim", f"POST /jobs/{first}/complete",
+                     f"POST /jobs/{second}/fail", f"POST /jobs/{third}/complete"]
+
+
+def test_a_retried_answer_with_next_claims_nothing_again(app, connect, producer, worker,
+                                                        quick_retries):
+    """The first try landed (and claimed) but its answer was lost: the retry, sent without
+    ``next``, gets 409 and the history; the job the first try claimed waits out its lease."""
+    inner = httpx.WSGITransport(app=app)
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        resp = inner.handle_request(request)
+        if request.url.path.endswith("/complete"):
+            bodies.append(json.loads(request.content))
+            if len(bodies) == 1:
+                resp.read()  # committed, claimed the next job, and then lost
+                return httpx.Response(503, json={"type": "urn:x:unavailable", "status": 503,
+                                                 "detail": "database unavailable"})
+        return resp
+    p, w = connect(producer), connect(worker, httpx.MockTransport(handler))
+    first, second, third = (p.enqueue("email", {"n": n})["id"] for n in range(3))
+    answer = w.complete(w.claim(), {"ok": 1}, next={})
+    assert answer["job"]["id"] == first and answer["job"]["status"] == "completed"
+    assert answer["next"] is None
+    assert ["next" in b for b in bodies] == [True, False]
+    assert p.get(second)["status"] == "running" and p.get(third)["status"] == "pending"
+
+
+def test_heartbeat_reports_progress_and_a_cancel_fences_the_holder(connect, producer, worker):
+    p, w = connect(producer), connect(worker)
+    job = p.enqueue("pdf")
+    held = w.claim()
+    beat = w.heartbeat(held, progress={"percent": 40, "step": "resizing"})
+    assert beat["progress"] == {"percent": 40, "step": "resizing"}
+    assert p.get(job["id"])["progress"] == {"percent": 40, "step": "resizing"}
+    with pytest.raises(ProblemError) as too_big:
+        w.heartbeat(held, progress={"blob": "x" * 1100})
+    assert too_big.value.status == 422
+    assert p.cancel(job)["status"] == "cancelled"
+    for call in (lambda: w.heartbeat(held), lambda: w.complete(held, {"late": 1})):
+        with pytest.raises(ProblemError) as info:
+            call()
+        assert info.value.status == 409 and info.value.cancelled
+    done = p.get(job["id"])
+    assert done["status"] == "cancelled" and done["result"] is None
+    assert done["progress"] == {"percent": 40, "step": "resizing"}  # kept after the end
 
 
 # -- limits, schedules, workers ------------------------------------------------------------

@@ -216,8 +216,11 @@ exit 3
     assert "hunter2" not in error and "swordfish" not in error
     assert "xxxx" in error and len(error.encode()) <= 8192  # the tail, not the head
     assert done["attempts"][0]["outcome"] == "failed"
-    line = f"job={job['id']} type={jtype} attempt=1 outcome=failed"
-    wait_for(lambda: line in w.log(), what="its log line")  # written once the answer landed
+    # Written once the answer landed: with one slot, when the answer (which waits for the
+    # next job) returns, or at a stop, which does not wait for it.
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=10) == 0
+    assert f"job={job['id']} type={jtype} attempt=1 outcome=failed" in w.log()
 
 
 def test_timeout_kills_the_process_group_grandchildren_too(live, work, jtype, tmp_path):
@@ -414,13 +417,16 @@ class DropFirstAnswer(http.server.ThreadingHTTPServer):
     """An HTTP proxy that forwards everything, but answers the first complete with a 503.
 
     The server did commit that complete: the worker cannot know, and its retry gets 409.
+    With ``drop=False`` it only forwards. ``requests`` lists every request, as it came.
     """
 
     daemon_threads = True
 
-    def __init__(self, upstream_port: int) -> None:
+    def __init__(self, upstream_port: int, *, drop: bool = True) -> None:
         self.upstream_port = upstream_port
+        self.drop = drop
         self.dropped: list[str] = []
+        self.requests: list[str] = []
         super().__init__(("127.0.0.1", 0), _ProxyHandler)
         threading.Thread(target=self.serve_forever, daemon=True).start()
 
@@ -433,6 +439,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         server: DropFirstAnswer = self.server  # type: ignore[assignment]
+        server.requests.append(f"{self.command} {self.path}")
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         upstream = http.client.HTTPConnection("127.0.0.1", server.upstream_port, timeout=60)
         headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
@@ -440,7 +447,8 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         resp = upstream.getresponse()
         data = resp.read()
         upstream.close()
-        if self.path.endswith("/complete") and not server.dropped and resp.status == 200:
+        if self.path.endswith("/complete") and server.drop and not server.dropped \
+                and resp.status == 200:
             server.dropped.append(self.path)
             resp_status, data = 503, b'{"type": "urn:x:unavailable", "status": 503}'
             content_type = "application/problem+json"
@@ -456,18 +464,24 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
 
 
 def test_a_complete_whose_answer_was_lost_is_found_in_the_history(live, work, jtype, tmp_path):
+    """With one slot the complete carries ``next``: the job its lost answer claimed is not
+    run twice, but waits out its lease (2 s here), and then the runner runs it."""
     proxy = DropFirstAnswer(live.server.port)
     try:
-        job = live.producer.enqueue(jtype, {})
-        w = work("--types", jtype, "--", "true",
+        job, second = (live.producer.enqueue(jtype, {"n": n}) for n in range(2))
+        w = work("--types", jtype, "--lease", "2", "--", "true",
                  env={"QUEUELOG_URL": f"http://127.0.0.1:{proxy.server_address[1]}"})
         wait_for(lambda: "outcome=" in w.log(), what="the log line")
-        # The batch route (or the single one, on a server without batches).
+        # The single route (with next, or on a server without batches) or the batch route.
         assert proxy.dropped in (["/jobs/complete"], [f"/jobs/{job['id']}/complete"])
         assert f"job={job['id']} type={jtype} attempt=1 outcome=completed" in w.log()
         done = live.admin.get(job["id"])
         assert done["status"] == "completed"
         assert [a["outcome"] for a in done["attempts"]] == ["completed"]
+        later = wait_for(lambda: finished(live, second["id"]), what="the second job")
+        assert later["status"] == "completed"
+        assert [a["outcome"] for a in later["attempts"]] in (
+            ["lease_expired", "completed"], ["completed"])
     finally:
         proxy.shutdown()
         proxy.server_close()
