@@ -17,6 +17,9 @@ from queuelog.model.claimed import ClaimedJob, MalformedJob
 
 OUTCOME = {"complete": "completed", "fail": "failed"}
 LOOK_SECONDS = 0.1  # how often the waiting job thread looks for a stop
+# A finish whose answer has not come back by then is waiting on the server for a next job:
+# the finish itself has (almost surely) landed, so its line is written then, not 30 s later.
+PROMPT_SECONDS = 0.5
 
 
 class Chained:
@@ -33,13 +36,17 @@ class Chained:
         self._answer: Any = None
         self._error: BaseException | None = None
 
-    def send(self, stopping: Callable[[], bool]) -> ClaimedJob | None:
-        """Answer the job; the next job claimed for its slot, or None.
+    def send(self, stopping: Callable[[], bool],
+             waiting: Callable[[], None] = lambda: None) -> ClaimedJob | None:
+        """Answer the job; the next job claimed for its slot, or None. ``waiting`` is
+        called once if the answer is still out after PROMPT_SECONDS (it waits for a job).
 
         Raises what kept the answer from landing (a ``ClientError``), as a plain answer would.
         """
         threading.Thread(target=self._run, name=f"queuelog-next-{self.job.id}",
                          daemon=True).start()
+        if not self._done.wait(PROMPT_SECONDS):
+            waiting()
         while not self._done.wait(LOOK_SECONDS):
             if stopping() and self._abandon():
                 self._settle_alone()

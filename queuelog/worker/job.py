@@ -67,6 +67,7 @@ class JobRun:
         self.progress: progress.ProgressFile | None = None
         self.started = clock.monotonic()
         self.sent_at: float | None = None  # when an answer with ``next`` was sent
+        self.logged = False  # its line written already (an answer out waiting for a job)
 
     def run(self, release: Callable[[], None]) -> ClaimedJob | None:
         """The whole life of the job in this runner; ``release`` once its slot is free.
@@ -236,7 +237,7 @@ class JobRun:
             if nxt is None:
                 self.answers.send(verb, self.job, item)
             else:
-                claimed = self._chained(verb, item, nxt)
+                claimed = self._chained(verb, item, nxt, outcome)
         except ProblemError as exc:
             if exc.status in refusals:
                 raise
@@ -250,26 +251,36 @@ class JobRun:
         except ClientError as exc:
             self._log(f"unreported ({type(exc).__name__}: {exc})")
             return None
-        self._log(outcome)
+        if not self.logged:
+            self._log(outcome)
         return claimed
 
-    def _chained(self, verb: str, item: dict[str, Any], nxt: NextBody) -> ClaimedJob | None:
+    def _chained(self, verb: str, item: dict[str, Any], nxt: NextBody,
+                 outcome: str) -> ClaimedJob | None:
         """The answer with ``next``: one request; a server without ``next`` gets it alone.
 
-        Its answer comes when the next job does (or the wait ends), so the job's line is
-        written then, its seconds counted to the answer's sending, not to its return.
+        Its answer comes when the next job does (or the wait ends): the job's line is
+        written when it comes, or once it has been out a moment (``Chained``), its seconds
+        counted to the answer's sending, not to its return.
         """
         self.sent_at = self.clock.monotonic()
         chained = Chained(self.client, verb, self.job, item, nxt, hand_back=self.hand_back_job,
                           log=self.log)
         try:
-            return chained.send(self.stopping)
+            # Still out after a moment: the finish landed and the request waits for a next
+            # job; the line is written now (a refusal that comes later writes its own).
+            return chained.send(self.stopping, waiting=lambda: self._log_once(outcome))
         except ProblemError as exc:
             if exc.status != 422 or "next" not in str(exc.errors):
                 raise
         self.unchained()  # an older server refused the field: answers go alone from now on
         self.answers.send(verb, self.job, item)
         return None
+
+    def _log_once(self, outcome: str) -> None:
+        """The job's line, written early (an answer waiting for a next job)."""
+        self._log(outcome)
+        self.logged = True
 
     def _log(self, outcome: str) -> None:
         j, end = self.job, self.sent_at or self.clock.monotonic()

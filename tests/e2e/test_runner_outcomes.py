@@ -36,16 +36,18 @@ esac
             assert done["status"] == ("failed" if payload else "completed"), done
             verb = "fail" if payload else "complete"
             answers.append(f"POST /jobs/{job['id']}/{verb}")
-            # Its answer long-polls for the next job now (and nothing else is sent).
+            # Its answer long-polls for the next job now (and nothing else is sent), and
+            # the job's line is written while it waits, not when it comes back.
             wait_for(lambda n=len(answers): len(proxy.requests) == n + 1, timeout=5,
                      what="the answer")
+            wait_for(lambda j=job: f"job={j['id']} " in w.log(), timeout=5,
+                     what="the job's line")
         assert proxy.requests == ["POST /jobs/claim", *answers]
         time.sleep(0.3)
         begun = time.monotonic()
         w.signal(signal.SIGTERM)
         assert w.wait(timeout=10) == 0
         assert time.monotonic() - begun < 3  # not the 30 s the answer's long poll may last
-        # A job's line comes with its answer: the last one's, at the stop.
         assert w.log().count("outcome=completed") == 3 and "outcome=failed" in w.log()
         assert proxy.requests[len(answers) + 1:] in ([], [f"GET /jobs/{done['id']}"])
     finally:
