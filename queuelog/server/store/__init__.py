@@ -19,7 +19,7 @@ from queuelog.model.limits import Limits
 from queuelog.server.migrations import HEAD
 from queuelog.server.store import backends
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
-from queuelog.server.store.audit import Audit, Event
+from queuelog.server.store.audit import PRIORITY_DETAILS, Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.due import Due
 from queuelog.server.store.engine import Clock, make_engine
@@ -36,7 +36,7 @@ from queuelog.server.store.turns import WRITE_WAIT_SECONDS
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob", "Page",
+__all__ = ["ALL", "PRIORITY_DETAILS", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob", "Page",
            "RunningJob", "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary",
            "User", "WorkerSummary", "hash_token", "revisions"]
 

@@ -11,6 +11,7 @@ from flask_wtf.csrf import CSRFProtect
 from queuelog.model.jobs import Priority, isoformat, to_datetime
 from queuelog.server import actions
 from queuelog.server.auth import refuse_cross_site
+from queuelog.server.store import PRIORITY_DETAILS
 
 csrf = CSRFProtect()
 HEADERS = {
@@ -62,13 +63,11 @@ def _prio(value: int) -> str:
     return Priority.from_value(value).label
 
 
-PRIORITY_DETAILS = ("priority", "max_priority")  # audit details that hold a stored priority
-
-
 def detail_value(key: str, value: Any) -> str:
-    """An audit detail's value for people: priorities by label (``high``, not 20), else JSON."""
-    if key in PRIORITY_DETAILS and isinstance(value, int) and not isinstance(value, bool):
-        return Priority.from_value(value).label
+    """An audit detail's value for people: a priority's label bare (``high``; the store
+    gives labels, store/audit.py), else JSON."""
+    if key in PRIORITY_DETAILS and isinstance(value, str):
+        return value
     return json.dumps(value, ensure_ascii=False)
 
 
