@@ -776,3 +776,21 @@ def test_a_request_without_cookies_builds_no_session_signer(client: Any, produce
     client.set_cookie("session", "not-signed")
     assert client.post("/jobs", json={"type": "email"}, headers=producer).status_code == 201
     assert built  # a cookie came: read (and refused) by Flask's signer
+
+
+def test_run_now_from_the_job_page(client: Any, store: Store, clock: Any,
+                                   admin_user: dict[str, str], viewer: dict[str, str]) -> None:
+    job = add(store, delay=3600)
+    assert "Run now" not in client.get(f"/ui/jobs/{job}", headers=viewer).text
+    url = f"/ui/jobs/{job}/run"
+    assert client.post(url, headers=viewer).status_code == 403
+    assert client.post(url, headers=admin_user).status_code == 400  # no CSRF token
+    assert store.get(job).run_at > clock()
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f'action="/ui/jobs/{job}/run"' in page and "Run now" in page
+    resp = client.post(url, data={"csrf_token": csrf_token(client, job, admin_user)},
+                       headers=admin_user)
+    assert resp.status_code == 303 and resp.headers["Location"].endswith(f"/ui/jobs/{job}")
+    assert store.get(job).run_at == clock()
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f"Job #{job} is due now" in page and f'action="/ui/jobs/{job}/run"' not in page

@@ -169,6 +169,22 @@ def _retry(store: Store, clock: Any) -> None:
     assert store.audit_events(action="job.retry")[0][0].target == str(job.id)
 
 
+@case("run_now")
+def _run_now(store: Store, clock: Any) -> None:
+    later = add(store, delay=600)
+    assert store.claim("w1") is None
+    now = store.run_now(later, actor="ada")
+    assert now.status is Status.PENDING and now.run_at == clock()
+    assert store.audit_events(action="job.run")[0][0].target == str(later)
+    assert store.run_now(later, actor="ada").run_at == now.run_at  # due already: unchanged
+    assert len(store.audit_events(action="job.run")[0]) == 1
+    assert store.claim("w1").id == later
+    with pytest.raises(WrongState):
+        store.run_now(later)  # running
+    with pytest.raises(JobNotFound):
+        store.run_now(999)
+
+
 def test_a_lease_run_out_is_taken_back_by_the_next_claim(store: Store, clock: Any) -> None:
     """The take-back is no verb of its own: the next claim does it, on every backend, as a
     failed attempt retried after its backoff."""

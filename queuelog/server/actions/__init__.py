@@ -21,7 +21,8 @@ from queuelog.server.actions.admin import (audit_events, job_types, purge_audit,
                                            set_limits, set_paused, workers)
 from queuelog.server.actions.gate import CLI, SYSTEM, gate, roles_of, scope_of, system
 from queuelog.server.actions.jobs import (bulk_cancel, bulk_retry, cancel, count_purgeable,
-                                          enqueue, enqueue_many, purge, request_hash, retry)
+                                          enqueue, enqueue_many, purge, request_hash, retry,
+                                          run_now)
 from queuelog.server.actions.operations import (api_document, backup, schema_revision, scrape,
                                                 upgrade_deferred, upgrade_schema)
 from queuelog.server.actions.reads import (Overview, count_matching, dashboard, dashboard_job,
@@ -39,7 +40,7 @@ __all__ = [
     "dashboard_jobs", "delete_user", "enqueue", "enqueue_many", "fail", "fail_many", "gate",
     "get_job", "heartbeat", "job_types", "list_jobs", "list_keys", "list_users", "now",
     "overview", "health", "purge", "purge_audit", "request_hash", "reset_limits", "retry",
-    "revoke_key", "roles_of", "run_schedule", "schema_revision", "schedule_states",
+    "revoke_key", "roles_of", "run_now", "run_schedule", "schema_revision", "schedule_states",
     "schedule_tick", "scope_of", "scrape", "sees_errors", "sees_key", "set_limits",
     "set_password", "set_paused", "set_schedule_paused", "system", "upgrade_deferred",
     "upgrade_schema", "user_exists", "visible", "workers",

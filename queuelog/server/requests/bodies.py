@@ -50,7 +50,7 @@ STATUSES = [s.value for s in Status]
 RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
 # What the audit log records (store/audit.py writes only these; GET /audit filters by them).
 AUDIT_ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user.password",
-                 "job.retry", "job.cancel", "jobs.retry", "jobs.cancel", "type.pause",
+                 "job.retry", "job.cancel", "job.run", "jobs.retry", "jobs.cancel", "type.pause",
                  "type.resume", "type.limits", "type.limits.reset", "jobs.purge", "audit.purge",
                  "schedule.pause", "schedule.resume", "schedule.run")
 SCHEDULED = "scheduled"            # a dashboard-only status: pending with a future run_at

@@ -19,6 +19,7 @@ from queuelog.server.requests.openapi_text import (
     FENCED,
     IDEMPOTENT,
     PER_ITEM,
+    RUN_NOW,
     TAG_OF,
     TAGS,
 )
@@ -359,6 +360,8 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
                                    None, security=ANY_AUTH),
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
+        "/jobs/{id}/run": _verb("runNow", "Run a delayed or retrying job now", "admin", None,
+                                security=ANY_AUTH, rules=RUN_NOW),
     }
 
 

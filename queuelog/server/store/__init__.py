@@ -43,7 +43,7 @@ __all__ = ["ALL", "PRIORITY_DETAILS", "Accounts", "ApiKey", "Claimed", "Event", 
 # Each part's verbs, as the Store offers them.
 _VERBS = {
     "jobs": ("claim", "claim_many", "heartbeat", "complete", "complete_many", "fail",
-             "fail_many", "cancel", "retry", "watch"),
+             "fail_many", "cancel", "retry", "watch", "run_now"),
     "enqueuing": ("enqueue", "enqueue_many"),
     "reads": ("get", "list_jobs", "ping"),
     "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
