@@ -20,12 +20,17 @@ from queuelog.server.store import statements as st
 from queuelog.server.store.accounts import ACTIVE_KEY, is_key
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import to_us
-from queuelog.server.store.finish import Finishing
+from queuelog.server.store.finish import DONE_COLUMNS, Finishing
 from queuelog.server.store.limits import Limiter
 from queuelog.server.store.part import Context
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.reads import ALL, get_row, status_is
 from queuelog.server.store.tables import jobs
+
+
+# What a batch complete returns of each completed job (model.jobs.Done): finish.py's columns,
+# and the attempt's claim and end for its run time in the metrics.
+DONE_TIMED = f"{DONE_COLUMNS}, claimed_at, finished_at"
 
 
 class Claimed(list[Job]):

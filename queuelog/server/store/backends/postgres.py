@@ -12,8 +12,8 @@ from queuelog.model import jsontext
 from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
-from queuelog.server.store.finish import DONE_COLUMNS, Item
-from queuelog.server.store.jobs import Claimed, Jobs, claim_kind, claim_params
+from queuelog.server.store.finish import Item
+from queuelog.server.store.jobs import DONE_TIMED, Claimed, Jobs, claim_kind, claim_params
 from queuelog.server.store.jobs import revoked
 from queuelog.server.store.listen import CHANNEL
 from queuelog.server.store.notifier import Notifier, PgNotifier
@@ -160,8 +160,7 @@ class PostgresJobs(Jobs):
                           for k, w in walks.items()}
         self._expired = Prepared(st.EXPIRED.with_for_update(skip_locked=True), d)
         self._complete_full = Prepared(text(sql.COMPLETE.format(returning="done.*")), d)
-        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_COLUMNS)),
-                                       d)
+        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_TIMED)), d)
 
     def _claim_rows(self, conn: Connection, kind: str, params: dict[str, Any],
                     blocked: list[str]) -> list[Any]:
