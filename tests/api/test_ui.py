@@ -794,3 +794,28 @@ def test_run_now_from_the_job_page(client: Any, store: Store, clock: Any,
     assert store.get(job).run_at == clock()
     page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
     assert f"Job #{job} is due now" in page and f'action="/ui/jobs/{job}/run"' not in page
+
+
+def test_types_page_shows_run_and_wait_percentiles_of_the_last_hour(
+        client: Any, store: Store, clock: Any, viewer: dict[str, str]) -> None:
+    for seconds in (1, 2, 3, 4, 300):  # p50 is the 3rd of 5, p95 the 5th
+        job_id = add(store, "pdf", delay=0.5)
+        clock.advance(0.5 + seconds / 100)  # due for seconds x 10 ms before its claim
+        job = store.claim("w1", types=["pdf"])
+        assert job is not None and job.id == job_id
+        clock.advance(seconds)
+        store.complete(job.id, "w1", job.attempt)
+    page = client.get("/ui/types", headers=viewer).text
+    row = page[page.index('href="/ui/?type=pdf"'):]
+    row = row[:row.index("</tr>")]
+    assert "3.0 s / 5.0 min" in row and "30 ms / 3.0 s" in row
+    other = page[page.index('href="/ui/?type=sync"'):]
+    assert "3.0 s" not in other[:other.index("</tr>")]  # a type with nothing measured
+    clock.advance(3600 + 400)
+    assert "5.0 min" not in client.get("/ui/types", headers=viewer).text  # the last hour only
+
+
+def test_brief_durations_fit_a_narrow_column() -> None:
+    assert [helpers.brief(us) for us in (None, 850, 4_000, 1_230_000, 12_400_000, 246_000_000,
+                                         8_280_000_000)] == [
+        "—", "1 ms", "4 ms", "1.2 s", "12 s", "4.1 min", "2.3 h"]

@@ -2,7 +2,8 @@
 
 ``Store`` is composed of parts, each an object over one shared ``Context`` (part.py): the
 job verbs of its backend (``jobs``: backends/), enqueue, reads, stats, types and limits,
-workers, bulk repair, purge, audit, due times, schedules, and ``accounts`` (keys, users).
+workers, the last hour's timings, bulk repair, purge, audit, due times, schedules, and
+``accounts`` (keys, users).
 Its verbs are the parts' own, named once below (``_VERBS``).
 """
 from __future__ import annotations
@@ -32,13 +33,15 @@ from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
+from queuelog.server.store.timings import PERCENTILES, Timing, Timings
 from queuelog.server.store.turns import WRITE_WAIT_SECONDS
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
-__all__ = ["ALL", "PRIORITY_DETAILS", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob", "Page",
-           "RunningJob", "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary",
-           "User", "WorkerSummary", "hash_token", "revisions"]
+__all__ = ["ALL", "PERCENTILES", "PRIORITY_DETAILS", "Accounts", "ApiKey", "Claimed", "Event",
+           "FlowState", "NewJob", "Page", "RunningJob", "ScheduleState", "Scope", "Series",
+           "SignIns", "Store", "Timing", "TypeSummary", "User", "WorkerSummary", "hash_token",
+           "revisions"]
 
 # Each part's verbs, as the Store offers them.
 _VERBS = {
@@ -51,6 +54,7 @@ _VERBS = {
     "types": ("paused", "type_summaries", "set_paused"),
     "limits": ("set_limits", "reset_limits", "flow_states"),
     "worker_reads": ("workers",),
+    "timing": ("timings",),
     "bulk": ("count_matching", "bulk_retry", "bulk_cancel"),
     "purging": ("purge",),
     "audit": ("audit_events", "purge_audit"),
@@ -95,6 +99,7 @@ class Store:
         self.limits = TypeLimits(ctx, type_limits or {})
         self.types = Types(ctx, stats=self.stats, limits=self.limits)
         self.worker_reads = Workers(ctx)
+        self.timing = Timings(ctx)
         self.bulk = Bulk(ctx, self.jobs)
         self.purging = Purge(ctx)
         self.audit = Audit(ctx)
