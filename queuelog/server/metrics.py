@@ -274,7 +274,9 @@ def init_app(app: Flask) -> None:
         for outcome in RUN_OUTCOMES:
             RUN.labels(job_type, outcome)
     store = app.extensions["queuelog.store"]
-    store.hook(lease_expired=lease_expired)
+    store.hook(lease_expired=lease_expired,
+               run_cancelled=lambda job_type, seconds: observe_run(job_type, "cancelled",
+                                                                   seconds))
     # First in line, so the time includes whatever other before_request hooks do.
     app.before_request_funcs.setdefault(None, []).insert(0, _start_timer)
     app.after_request(_observe)

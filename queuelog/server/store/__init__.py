@@ -124,16 +124,19 @@ class Store:
         self.ctx.clock = clock
 
     def hook(self, *, jobs_written: Any = None, lease_expired: Any = None,
-             claimable: Any = None, finished: Any = None) -> None:
+             claimable: Any = None, finished: Any = None, run_cancelled: Any = None) -> None:
         """Set the server's callbacks: jobs created or finished (retention), a lease taken
         back (metrics), a commit that made jobs claimable (this process's long polls), a
-        commit that finished a watched job (this process's waits on jobs)."""
+        commit that finished a watched job (this process's waits on jobs), a running job
+        cancelled (metrics)."""
         if jobs_written is not None:
             self.ctx.on_jobs_written = jobs_written
         if lease_expired is not None:
             self.ctx.on_lease_expired = lease_expired
         if claimable is not None:
             self.ctx.on_claimable = claimable
+        if run_cancelled is not None:
+            self.ctx.on_run_cancelled = run_cancelled
         if finished is not None:
             self.ctx.on_finished = finished
 
