@@ -351,3 +351,21 @@ def test_wait_time_is_from_due_to_claim(client, producer, worker, admin, clock):
     assert change(before, after, f"{WAIT}_sum", type="sync") == 15
     assert change(before, after, f"{WAIT}_bucket", type="sync", le="0.005") == 1
     assert (f"{WAIT}_count", (("type", "pdf"),)) in after  # zeros for every type
+
+
+def test_a_lease_taken_back_and_a_running_cancel_observe_their_runs(client, producer, worker,
+                                                                    admin, clock):
+    before = scrape(client, admin)
+    post(client, "/jobs", producer, type="pdf")
+    cancelled = post(client, "/jobs/claim", worker, lease_seconds=600).json
+    clock.advance(12)
+    post(client, f"/jobs/{cancelled['id']}/cancel", admin)
+    post(client, "/jobs", producer, type="pdf")
+    post(client, "/jobs/claim", worker, lease_seconds=30)
+    clock.advance(31)  # its lease runs out: the next claim takes it back
+    assert post(client, "/jobs/claim", worker, types=["email"]).status_code == 204
+    after = scrape(client, admin)
+    assert change(before, after, f"{RUN}_count", type="pdf", outcome="cancelled") == 1
+    assert change(before, after, f"{RUN}_sum", type="pdf", outcome="cancelled") == 12
+    assert change(before, after, f"{RUN}_count", type="pdf", outcome="lease_expired") == 1
+    assert change(before, after, f"{RUN}_sum", type="pdf", outcome="lease_expired") == 31
