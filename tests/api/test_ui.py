@@ -169,35 +169,26 @@ def test_retry_needs_a_valid_csrf_token(client: Any, store: Store, seeded: dict[
     assert f"Job #{job} is pending again" in page and "flash-ok" in page
 
 
+@pytest.mark.parametrize("state,button", [("pending", "Cancel job"),
+                                          ("running", "Cancel running job")])
 def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],
-                              admin_user: dict[str, str]) -> None:
-    job = seeded["pending"]
+                              admin_user: dict[str, str], viewer: dict[str, str],
+                              state: str, button: str) -> None:
+    job = seeded[state]
+    assert button not in client.get(f"/ui/jobs/{job}", headers=viewer).text
+    assert button in client.get(f"/ui/jobs/{job}", headers=admin_user).text
     url = f"/ui/jobs/{job}/cancel"
     assert client.post(url, headers=admin_user).status_code == 400
-    assert store.get(job).status is Status.PENDING
+    assert store.get(job).status is Status(state)
     token = csrf_token(client, job, admin_user)
     assert client.post(url, data={"csrf_token": token}, headers=admin_user).status_code == 303
     assert store.get(job).status is Status.CANCELLED
     page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
     assert f"Job #{job} is cancelled." in page
+    assert ("out-cancelled" in page) is (state == "running")  # the attempt it ended
     # Cancelling again changes nothing and says why.
     client.post(url, data={"csrf_token": token}, headers=admin_user)
     assert "was not changed" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
-
-
-def test_a_running_job_is_cancelled_from_its_page(client: Any, store: Store,
-                                                 seeded: dict[str, int],
-                                                 admin_user: dict[str, str],
-                                                 viewer: dict[str, str]) -> None:
-    job = seeded["running"]
-    assert "Cancel running job" not in client.get(f"/ui/jobs/{job}", headers=viewer).text
-    assert "Cancel running job" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
-    token = csrf_token(client, job, admin_user)
-    assert client.post(f"/ui/jobs/{job}/cancel", data={"csrf_token": token},
-                       headers=admin_user).status_code == 303
-    assert store.get(job).status is Status.CANCELLED
-    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
-    assert f"Job #{job} is cancelled." in page and "out-cancelled" in page
 
 
 def test_the_job_page_shows_progress(client: Any, store: Store, seeded: dict[str, int],
