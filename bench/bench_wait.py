@@ -98,6 +98,7 @@ def one_sample(waiter: Conn, worker: Conn, producer: Conn, kind: str) -> dict[st
     got: dict[str, Any] = {}
 
     def wait() -> None:
+        got["sent"] = time.perf_counter()
         got["status"], got["job"] = waiter.call("GET", f"/jobs/{job['id']}?wait=30")
         got["at"] = time.perf_counter()
 
@@ -113,7 +114,7 @@ def one_sample(waiter: Conn, worker: Conn, producer: Conn, kind: str) -> dict[st
     assert got.get("status") == 200 and got["job"]["status"] == "completed", got
     assert got["at"] > sent, "the GET answered before the complete was sent: it was not parked"
     return {"from_answer": got["at"] - answered, "from_send": got["at"] - sent,
-            "complete": answered - sent}
+            "complete": answered - sent, "parked": sent - got["sent"]}
 
 
 def run_row(name: str, url: str, folder: str, servers_args: list[tuple[int, tuple[str, ...]]],
