@@ -89,7 +89,7 @@ class Store:
         self.jobs = self.backend.jobs_class()(
             ctx, backoff_base=backoff_base, backoff_cap=backoff_cap,
             lease_seconds=lease_seconds, type_leases=type_leases, type_limits=type_limits)
-        self.enqueuing = Enqueue(ctx)
+        self.enqueuing = Enqueue(ctx, self.jobs.flows)
         self.reads = Reads(ctx)
         self.stats = Stats(ctx)
         self.limits = TypeLimits(ctx, type_limits or {})

@@ -60,9 +60,10 @@ class Bulk(Part):
     def bulk_cancel(self, actor: str | None, *, ids: Sequence[int] | None = None,
                     scope: Scope = ALL, type: str | None = None, priority: int | None = None,
                     batch: int = BULK_BATCH) -> int:
-        """Cancel pending jobs (a producer's scope: its own); how many changed."""
+        """Cancel pending and blocked jobs (a producer's scope: its own); how many changed."""
         detail = _filter_detail(ids, None, type, priority)
-        return self._bulk(Tally(actor, "jobs.cancel", None, detail), (Status.PENDING,), None,
+        return self._bulk(Tally(actor, "jobs.cancel", None, detail),
+                          (Status.PENDING, Status.BLOCKED), None,
                           ids=ids, scope=scope, type=type, priority=priority, batch=batch)
 
     def _bulk(self, tally: Tally, statuses: Sequence[Status], values: dict[str, Any] | None, *,
@@ -117,6 +118,8 @@ class Bulk(Part):
                                        .values(**values), {"now": now}).rowcount
                 if changed:
                     self.notifier.notify(conn)  # a bulk retry: one wake-up per batch
+                    # Their dependents cancelled because of them wait for them again.
+                    self._finishing.flows.restore(conn, now, found)
             tally.add(conn, now, changed)
         return changed, len(found), max(found)
 

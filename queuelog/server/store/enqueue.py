@@ -6,14 +6,17 @@ with its backend's multi-row INSERT and its notifier's wake-up.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
-from sqlalchemy import Connection, bindparam, insert, select
+from sqlalchemy import Connection, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
+from queuelog.model import jsontext
 from queuelog.model.jobs import Job, Status
-from queuelog.model.problems import Conflict, IdempotencyMismatch
+from queuelog.model.problems import Conflict, IdempotencyMismatch, ValidationFailed
 from queuelog.server.store.engine import to_us
+from queuelog.server.store.flows import Flows, verdict
+from queuelog.server.store.reads import Scope, scope_conditions
 from queuelog.server.store.prepared import Prepared, row_class
 from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import jobs
@@ -54,13 +57,26 @@ class NewJob:
     delay_seconds: float | None = None  # relative to the store's clock
     idempotency_key: str | None = None
     request_hash: str | None = None
+    # Workflows: parents (job ids, or ``Item(n)``: an earlier item of the same batch), what
+    # a parent's failure does (None: "cancel"), and whose jobs may be parents (the caller's
+    # read scope; None: any).
+    depends_on: tuple[Any, ...] = ()
+    on_parent_failure: str | None = None
+    parents_scope: Scope | None = None
+
+
+class Item(NamedTuple):
+    """A parent named by its index in the same batch (``{"item": N}``)."""
+
+    n: int
 
 
 class Enqueue(Part):
     """Enqueue verbs: a producer's new jobs, one or a batch."""
 
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, flows: Flows) -> None:
         super().__init__(ctx)
+        self.flows = flows
         sa_dialect = self.engine.dialect
         self._by_key, self._by_keys, self._insert_job = (
             Prepared(q, sa_dialect)
@@ -86,6 +102,9 @@ class Enqueue(Part):
 
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
+        if new.depends_on:
+            jobs_, replayed = self.enqueue_many([new])
+            return jobs_[0], not replayed
         if new.idempotency_key is None:  # one INSERT (its wake-up in it): whole by itself
             values = new_row(new, self.clock())  # made before the write's turn
             with self.backend.one_statement(self._write) as conn:
@@ -121,7 +140,8 @@ class Enqueue(Part):
         if not news:
             return [], []
         keys = [n.idempotency_key for n in news if n.idempotency_key is not None]
-        if not keys:  # one INSERT (its wake-up in it): whole by itself
+        linked = any(n.depends_on for n in news)
+        if not keys and not linked:  # one INSERT (its wake-up in it): whole by itself
             # The rows made before the write's turn, which lasts for the SQL alone.
             now = self.clock()
             values = [new_row(new, now) for new in news]
@@ -164,11 +184,57 @@ class Enqueue(Part):
         if mismatched:
             raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
                                       "before for a different request.", errors=mismatched)
-        if fresh:
+        if fresh and any(news[i].depends_on for i in fresh):
+            self._insert_linked(conn, news, fresh, out, now)
+        elif fresh:
             values = [new_row(news[i], now) for i in fresh]
             for i, row in zip(fresh, _rows(self._insert_new(conn, values), values)):
                 out[i] = row
         return out, replayed
+
+    def _insert_linked(self, conn: Connection, news: Sequence[NewJob], fresh: list[int],
+                       out: list[Any], now: int) -> None:
+        """Insert a batch's new jobs one by one, in order, each with its parents resolved,
+        marked and counted (flows.py); a missing or unreadable parent is a 422 naming it."""
+        errors: list[dict[str, str]] = []
+        for i in fresh:
+            new, values = news[i], new_row(news[i], now)
+            if new.depends_on:
+                if any(isinstance(p, Item) and out[p.n] is None for p in new.depends_on):
+                    continue  # an earlier item it names was refused: said there
+                ids = [out[p.n].id if isinstance(p, Item) else p for p in new.depends_on]
+                found = {r.id: r for r in conn.execute(_marking(ids, new.parents_scope))}
+                where = f"jobs[{i}].depends_on" if len(news) > 1 else "depends_on"
+                missing = [{"field": f"{where}[{k}]", "detail": "No such job, or not yours."}
+                           for k, job_id in enumerate(ids) if job_id not in found]
+                if missing:
+                    errors += missing
+                    continue
+                status, waiting, by = verdict([found[j] for j in ids], new.on_parent_failure)
+                values.update(status=status, waiting_for=waiting, cancelled_by_parent=by,
+                              finished_at=now if by is not None else None,
+                              depends_on=jsontext.dumps(ids),
+                              on_parent_failure=new.on_parent_failure)
+            out[i] = conn.execute(insert(jobs).values(values).returning(*jobs.c)).one()
+            if new.depends_on:
+                self.flows.link(conn, [out[i].id], [ids])
+        if errors:
+            raise ValidationFailed("; ".join(e["field"] for e in errors[:MAX_SHOWN_ERRORS])
+                                   + ": no such job, or not yours.",
+                                   errors=errors[:MAX_SHOWN_ERRORS])
+        self.notifier.notify(conn)
+        self.on_jobs_written()
+
+
+MAX_SHOWN_ERRORS = 100  # a 422 lists at most this many errors (the contract's cap)
+
+
+def _marking(ids: Sequence[int], scope: Scope | None) -> Any:
+    """The parents marked ``has_dependents`` (their rows locked, on PostgreSQL), within
+    what the caller may read: (id, status) of each found."""
+    cond = scope_conditions(scope) if scope is not None else []
+    return (update(jobs).where(jobs.c.id.in_(list(dict.fromkeys(ids))), *cond)
+            .values(has_dependents=True).returning(jobs.c.id, jobs.c.status))
 
 
 def new_row(new: NewJob, now: int) -> dict[str, Any]:

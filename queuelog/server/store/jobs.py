@@ -195,6 +195,7 @@ class Jobs(Finishing):
             if actor is not None:
                 record(conn, now, actor, "job.retry", str(job_id))
             self.notifier.notify(conn)
+            self.flows.restore(conn, now, [job_id])  # its failure's cancelled dependents
             return Job.from_row(row)
 
 

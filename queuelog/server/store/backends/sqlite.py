@@ -186,8 +186,10 @@ class SQLiteJobs(Jobs):
         return rows
 
     def _complete_rows(self, conn: Connection, now: int, worker: str,
-                       items: Sequence[Item], *, full: bool) -> tuple[list[Any], bool]:
-        """One UPDATE of the items' jobs, then one of their attempts."""
+                       items: Sequence[Item], *, full: bool,
+                       plain: bool = False) -> tuple[list[Any], bool]:
+        """One UPDATE of the items' jobs, then one of their attempts (in a transaction
+        always: ``plain`` has nothing to leave out)."""
         params = {"now": now, "wkr": worker, **items_json(items)}
         rows = (self._complete_full if full else self._complete_done).rows(conn, params)
         if len(rows) == len(items):  # every item completed: its attempt closed as sent
