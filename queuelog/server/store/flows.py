@@ -16,15 +16,15 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Sequence
 
-from sqlalchemy import Connection, and_, bindparam, case, func, select, update
+from sqlalchemy import Connection, and_, bindparam, case, select, update
 
+from queuelog.model import jsontext
 from queuelog.model.jobs import FINISHED, Status
 from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import job_dependencies, jobs
 
 b = bindparam
 RUN, CANCEL = "run", "cancel"
-MAX_SHOWN = 100   # dependents listed on GET /jobs/{id}
 _ENDED_BADLY = frozenset({Status.FAILED.value, Status.CANCELLED.value})
 _FINISHED = frozenset(s.value for s in FINISHED)
 _BLOCKED = jobs.c.status == Status.BLOCKED.value
@@ -50,8 +50,6 @@ HOW = select(jobs.c.id, jobs.c.on_parent_failure).where(
     jobs.c.id.in_(b("ids", expanding=True)), _BLOCKED)
 PARENTS = select(jobs.c.id, jobs.c.type, jobs.c.status, jobs.c.result).where(
     jobs.c.id.in_(b("ids", expanding=True)))
-SHOWN = (select(job_dependencies.c.child_id).where(job_dependencies.c.parent_id == b("jid"))
-         .order_by(job_dependencies.c.child_id).limit(MAX_SHOWN + 1))
 CANCELLED_BY = select(jobs.c.id, jobs.c.depends_on, jobs.c.on_parent_failure).where(
     jobs.c.cancelled_by_parent.in_(b("ids", expanding=True)),
     jobs.c.status == Status.CANCELLED.value)
@@ -151,7 +149,6 @@ class Flows(Part):
 
     def _parents(self, conn: Connection, depends_on: str | None) -> list[Any]:
         """A dependent's parents' rows (id, type, status, result), in ``depends_on`` order."""
-        from queuelog.model import jsontext
         order = jsontext.loads(depends_on) if depends_on else []
         found = {r.id: r for r in conn.execute(PARENTS, {"ids": order}).all()} if order else {}
         return [found[i] for i in order if i in found]
@@ -161,7 +158,6 @@ class Flows(Part):
         wanted = sorted({p for j in jobs_ for p in j.depends_on})
         if not wanted:
             return {}
-        from queuelog.model import jsontext
         found = {r.id: r for r in conn.execute(PARENTS, {"ids": wanted}).all()}
         out: dict[int, tuple[Any, ...]] = {}
         for job in jobs_:
@@ -169,11 +165,6 @@ class Flows(Part):
                 out[job.id] = tuple(_parent(i, found.get(i), jsontext.loads)
                                     for i in job.depends_on)
         return out
-
-    def dependents(self, conn: Connection, job_id: int) -> tuple[tuple[int, ...], bool]:
-        """The ids of the jobs that depend on ``job_id`` (at most MAX_SHOWN; truncated?)."""
-        ids = tuple(conn.execute(SHOWN, {"jid": job_id}).scalars())
-        return ids[:MAX_SHOWN], len(ids) > MAX_SHOWN
 
 
 def _parent(job_id: int, row: Any, loads: Callable[[str], Any]) -> dict[str, Any]:
@@ -184,10 +175,3 @@ def _parent(job_id: int, row: Any, loads: Callable[[str], Any]) -> dict[str, Any
     out["result"] = None if row.result is None else loads(row.result)
     return out
 
-
-def count_of(rows: Sequence[Any]) -> int:
-    """How many rows (a helper for callers' tallies)."""
-    return len(rows)
-
-
-_ = func  # imported for statements built by callers

@@ -7,6 +7,7 @@ claim may take is ``claim_policy``'s, asked inside the claim's transaction on ev
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any, Mapping, Sequence
 
@@ -107,6 +108,11 @@ class Jobs(Finishing):
                 out, rows = Claimed(), []
         # Built after the commit: the write lock (SQLite's) is held for the SQL alone.
         out.extend(Job.from_row(r) for r in in_claim_order(rows))
+        if any(job.depends_on for job in out):  # a step reads its inputs in this request
+            with self._read.connect() as conn:
+                found = self.flows.parents_of(conn, out)
+            out[:] = [dataclasses.replace(j, parents=found[j.id]) if j.id in found else j
+                      for j in out]
         return out
 
     def _claim_in_turn(self, worker: str, max_jobs: int, lease_seconds: float | None,
