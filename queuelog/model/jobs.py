@@ -234,6 +234,11 @@ class Job:
         """Return a copy carrying its attempt history."""
         return dataclasses.replace(self, attempts=attempts)
 
+    def without_history(self) -> "Job":
+        """Return a copy without what only ``GET /jobs/{id}`` shows (attempts, dependents)."""
+        return dataclasses.replace(self, attempts=None, dependents=None,
+                                   dependents_truncated=False)
+
     def to_dict(self, *, show_error: bool, show_key: bool) -> dict[str, Any]:
         """Serialize to the contract's JSON shape, hiding what the reader may not see."""
         out: dict[str, Any] = {

@@ -391,8 +391,8 @@ _REVIEWED = {("sqlite.py", "text(sql.EACH_TYPE.format(walk=walk) if kind == 'man
                              "returning=' RETURNING ' + ', '.join(back) if back else ''))"),
              ("sqlite.py", "text(sql.COMPLETE.format(returning='*'))"),
              ("sqlite.py", "text(sql.COMPLETE.format(returning=DONE_COLUMNS))"),
-             ("postgres.py", "text(sql.COMPLETE.format(returning='done.*'))"),
-             ("postgres.py", "text(sql.COMPLETE.format(returning=DONE_COLUMNS))")}
+             ("postgres.py", "text(sql.COMPLETE.format(returning='done.*' if full else "
+                             "DONE_COLUMNS, guard=sql.PLAIN if plain else ''))")}
 
 
 def _trusted(arg: ast.expr) -> bool:

@@ -316,8 +316,8 @@ def test_counts_show_every_status_and_stop_at_the_cap(client: Any, store: Store,
                                                       seeded: dict[str, int],
                                                       viewer: dict[str, str]) -> None:
     counts = store.count_by_status(100)
-    assert counts == {"pending": 3, "scheduled": 1, "running": 1, "completed": 1,
-                      "failed": 1, "cancelled": 1}
+    assert counts == {"blocked": 0, "pending": 3, "scheduled": 1, "running": 1,
+                      "completed": 1, "failed": 1, "cancelled": 1}
     assert store.count_by_status(2)["pending"] == 3  # cap + 1 means "more than cap"
     client.application.config["COUNT_CAP"] = 2
     html = client.get("/ui/", headers=viewer).text

@@ -23,7 +23,7 @@ from queuelog.server.store.audit import Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.due import Due
 from queuelog.server.store.engine import Clock, make_engine
-from queuelog.server.store.enqueue import Enqueue, NewJob
+from queuelog.server.store.enqueue import Enqueue, Item, NewJob
 from queuelog.server.store.jobs import Claimed
 from queuelog.server.store.limits import FlowState, TypeLimits
 from queuelog.server.store.part import Context
@@ -36,7 +36,7 @@ from queuelog.server.store.turns import WRITE_WAIT_SECONDS
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "NewJob", "Page",
+__all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "Item", "NewJob", "Page",
            "RunningJob", "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary",
            "User", "WorkerSummary", "hash_token", "revisions"]
 
