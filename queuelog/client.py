@@ -302,6 +302,10 @@ class Client:
         """Admin: send a failed or cancelled job back to pending, with fresh retries."""
         return self._request("POST", f"jobs/{_id(job)}/retry")
 
+    def run(self, job_id: int | dict[str, Any]) -> dict[str, Any]:
+        """Admin: make a delayed or retrying pending job due now; 409 unless pending."""
+        return self._request("POST", f"jobs/{_id(job_id)}/run")
+
     def cancel_many(self, ids: list[int] | None = None, *,
                     filter: dict[str, Any] | None = None) -> int:
         """Cancel the pending jobs named by ``ids`` or matched by ``filter``; how many changed."""

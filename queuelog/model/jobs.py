@@ -128,11 +128,13 @@ class Done(NamedTuple):
     id: int
     type: str
     status: Status
+    claimed_at: int | None = None   # the attempt's claim and end: its run time (metrics)
+    finished_at: int | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Done":
-        """From a row with ``id``, ``type`` and ``status``."""
-        return cls(row.id, row.type, _STATUSES[row.status])
+        """From a row with ``id``, ``type``, ``status``, ``claimed_at`` and ``finished_at``."""
+        return cls(row.id, row.type, _STATUSES[row.status], row.claimed_at, row.finished_at)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,7 +5,8 @@ Two kinds, as the contract's table says:
 - **Gauges** (jobs per status and type, oldest due pending job, expired leases, paused
   types) are read from the database at scrape time, so every process and every app server
   reports the same truth and nothing is kept in step by hand.
-- **Counters and the request histogram** count events in the process that saw them. Under
+- **Counters and the histograms** (requests; jobs' run and wait times) count events in
+  the process that saw them. Under
   gunicorn each worker is a process: with ``PROMETHEUS_MULTIPROC_DIR`` set (before start),
   prometheus_client keeps them in memory-mapped files there, and a scrape of any worker
   sums every worker's files. The project's ``gunicorn.conf.py`` (which gunicorn reads from
@@ -13,14 +14,15 @@ Two kinds, as the contract's table says:
   ``queuelog run``, the tests), they live in memory.
 - A claim's time in the histogram is its work: the time its long poll slept is left out.
 
-The event functions (``jobs_enqueued``, ``attempt_finished``) are one-liners for the code
-where the event happens to call.
+The event functions (``jobs_enqueued``, ``attempt_finished``, ``observe_run``,
+``attempts_ran``, ``jobs_claimed``) are one-liners for the code where the event happens to
+call.
 """
 from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from flask import Flask, Response, g, request
 from prometheus_client import CollectorRegistry, Counter, Histogram, multiprocess
@@ -44,6 +46,18 @@ REQUESTS = Histogram("queuelog_http_request_duration_seconds",
                      "Time to answer an HTTP request, by method, URL rule and status.",
                      ["method", "route", "status"], registry=_PROCESS,
                      buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60))
+# Jobs run and wait from milliseconds (a woken claim, a quick email) to hours (a report, a
+# backlog): buckets about 2.5x apart from 5 ms to a day, so each decade has a bucket or
+# two and histogram_quantile stays within a step of the truth at either end. The top is
+# past the longest lease (12 h); 22 buckets per series keep a scrape small.
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120,
+                    300, 600, 1800, 3600, 7200, 14400, 43200, 86400)
+RUN = Histogram("queuelog_job_run_seconds",
+                "Time from a job's claim to its attempt's end, by type and outcome.",
+                ["type", "outcome"], registry=_PROCESS, buckets=DURATION_BUCKETS)
+WAIT = Histogram("queuelog_job_wait_seconds",
+                 "Time from the moment a job became due (its run_at) to its claim, by type.",
+                 ["type"], registry=_PROCESS, buckets=DURATION_BUCKETS)
 # Anything else a client sends becomes "other": a label value per made-up method would
 # let any client grow the series without bound.
 METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -72,6 +86,36 @@ def jobs_enqueued(job_type: str, n: int = 1) -> None:
 def attempt_finished(job_type: str, outcome: str, n: int = 1) -> None:
     """Count an attempt that ended: ``completed``, ``failed`` or ``lease_expired``."""
     _child(ATTEMPTS, job_type, outcome).inc(n)
+
+
+def observe_run(job_type: str, outcome: str, seconds: float) -> None:
+    """Observe an attempt's run time, claim to end: ``completed``, ``failed``,
+    ``lease_expired`` or ``cancelled``."""
+    _child(RUN, job_type, outcome).observe(max(0.0, seconds))
+
+
+def attempts_ran(done: Iterable[Any], outcome: str) -> None:
+    """Observe the run time of each job whose attempt just ended with ``outcome`` (a Job
+    or a batch's Done: its ``claimed_at``, and its ``finished_at``, else ``updated_at``,
+    the end of an attempt retried later)."""
+    for job in done:
+        end = getattr(job, "finished_at", None) or getattr(job, "updated_at", None)
+        if job.claimed_at is not None and end is not None:
+            observe_run(job.type, outcome, (end - job.claimed_at) / 1_000_000)
+
+
+def jobs_claimed(jobs: Iterable[Any]) -> None:
+    """Observe each claimed job's wait: from its ``run_at`` (when it became due) to its
+    ``claimed_at``."""
+    for job in jobs:
+        _child(WAIT, job.type).observe(max(0, job.claimed_at - job.run_at) / 1_000_000)
+
+
+def lease_expired(job_type: str, seconds: float | None = None) -> None:
+    """Count a lease taken back, and its run time (claim to take-back) when given."""
+    attempt_finished(job_type, "lease_expired")
+    if seconds is not None:
+        observe_run(job_type, "lease_expired", seconds)
 
 
 def long_poll_waited(seconds: float) -> None:
@@ -210,6 +254,7 @@ def exposition(store: Any, types: Sequence[str], accept: str | None,
 
 
 OUTCOMES = ("completed", "failed", "lease_expired")
+RUN_OUTCOMES = (*OUTCOMES, "cancelled")  # a running job cancelled ends its attempt too
 
 
 def init_app(app: Flask) -> None:
@@ -223,10 +268,15 @@ def init_app(app: Flask) -> None:
     # need a series before its first event.
     for job_type in app.config["JOB_TYPES"]:
         ENQUEUED.labels(job_type)
+        WAIT.labels(job_type)
         for outcome in OUTCOMES:
             ATTEMPTS.labels(job_type, outcome)
+        for outcome in RUN_OUTCOMES:
+            RUN.labels(job_type, outcome)
     store = app.extensions["queuelog.store"]
-    store.hook(lease_expired=lambda job_type: attempt_finished(job_type, "lease_expired"))
+    store.hook(lease_expired=lease_expired,
+               run_cancelled=lambda job_type, seconds: observe_run(job_type, "cancelled",
+                                                                   seconds))
     # First in line, so the time includes whatever other before_request hooks do.
     app.before_request_funcs.setdefault(None, []).insert(0, _start_timer)
     app.after_request(_observe)

@@ -247,7 +247,7 @@ BOARD = {"viewer", "admin", "metrics"}
 MAY = {
     "enqueue": {"producer", "admin"}, "enqueue_many": {"producer", "admin"},
     "cancel": {"producer", "admin"}, "bulk_cancel": {"producer", "admin"},
-    "retry": {"admin"}, "bulk_retry": {"admin"},
+    "retry": {"admin"}, "bulk_retry": {"admin"}, "run_now": {"admin"},
     "purge": {"system"}, "count_purgeable": {"system"},
     "claim": {"worker"}, "heartbeat": {"worker"}, "complete": {"worker"},
     "complete_many": {"worker"}, "fail": {"worker"}, "fail_many": {"worker"},
@@ -256,7 +256,7 @@ MAY = {
     "dashboard": {"viewer", "admin"}, "dashboard_job": {"viewer", "admin"},
     "dashboard_jobs": {"viewer", "admin"}, "overview": {"viewer", "admin"},
     "count_matching": {"admin"},
-    "workers": BOARD, "job_types": BOARD, "schedule_states": BOARD | {"system"},
+    "workers": BOARD, "job_types": BOARD, "job_timings": {"viewer", "admin"}, "schedule_states": BOARD | {"system"},
     "set_paused": {"admin"}, "set_limits": {"admin"}, "reset_limits": {"admin"},
     "set_schedule_paused": {"admin"}, "run_schedule": {"admin"},
     "schedule_tick": {"system"},

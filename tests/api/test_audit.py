@@ -196,3 +196,32 @@ def test_queuelog_audit_prints_the_newest_events(runner: Any, store: Store) -> N
     assert lines[0].split()[:3] == ["AT", "ACTOR", "ACTION"] and len(lines) == 3
     assert "user3" in lines[1] and "type.resume" in lines[1] and "user2" in lines[2]
     assert runner.invoke(args=["audit", "--limit", "0"]).exit_code != 0
+
+
+# -- priorities by their labels, for every reader --------------------------------------------
+def test_priorities_read_as_labels_in_the_api_and_the_command(
+        runner: Any, client: Any, store: Store) -> None:
+    result = runner.invoke(args=["keys", "create", "--name", "ops", "--role", "admin"])
+    admin = {"Authorization": f"Bearer {result.stdout.strip().splitlines()[-1]}"}
+    assert runner.invoke(args=["keys", "create", "--name", "shop", "--role", "producer",
+                               "--max-priority", "high"]).exit_code == 0
+    failed(store, priority=20)
+    assert client.post("/jobs/retry", json={"filter": {"priority": "high"}},
+                       headers=admin).status_code == 200
+    got = client.get("/audit", headers=admin).json["events"]
+    detail = {(e["action"], e["target"]): e["detail"] for e in got}
+    assert detail["key.create", "shop"]["max_priority"] == "high"
+    assert detail["jobs.retry", None]["filter"]["priority"] == "high"
+    shown = runner.invoke(args=["audit"]).stdout
+    assert '"max_priority":"high"' in shown and '"priority":"high"' in shown
+    assert '"max_priority":20' not in shown and '"priority":20' not in shown
+
+
+def test_an_event_stored_with_a_number_reads_as_a_label(client: Any, store: Store,
+                                                        admin: dict[str, str]) -> None:
+    with store.engine.begin() as conn:  # as events were written before labels were read
+        conn.execute(audit_events.insert().values(
+            at=1, actor="cli", action="key.create", target="old",
+            detail='{"max_priority":30,"role":"producer"}'))
+    got = client.get("/audit?action=key.create", headers=admin).json["events"]
+    assert got[0]["detail"] == {"max_priority": "critical", "role": "producer"}

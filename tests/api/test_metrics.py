@@ -232,7 +232,7 @@ def per_process(folder: pathlib.Path, name: str, **labels: str) -> list[float]:
 def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> None:
     """Counters live in each worker; any worker's scrape reports the sum over all of them,
     with no setting: the shipped gunicorn.conf.py makes the multiprocess directory."""
-    keys = make_keys(db_url, {"producer": "producer", "prom": "metrics"})
+    keys = make_keys(db_url, {"producer": "producer", "prom": "metrics", "w": "worker"})
     assert "PROMETHEUS_MULTIPROC_DIR" not in os.environ
     # TMPDIR only so the test can find the directory gunicorn.conf.py makes (mkdtemp).
     server = Server(db_url, str(tmp_path / "server.log"), workers=3, threads=2,
@@ -266,6 +266,12 @@ def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> Non
         assert sent % 24 == 0 and sent >= 24  # every request answered 201
         assert sum(per_worker) == sent
         assert sum(1 for v in per_worker if v) >= 2, per_worker  # really several workers
+        for _ in range(sent):  # the jobs' histograms: observed in whichever worker answered
+            status, job = request(server.port, "POST", "/jobs/claim", None, keys["w"])
+            assert status == 200
+            status, _ = request(server.port, "POST", f"/jobs/{job['id']}/complete",
+                                {"attempt": 1}, keys["w"])
+            assert status == 200
         for _ in range(6):  # whichever worker answers, the same sums
             status, text = request(server.port, "GET", "/metrics", None, keys["prom"])
             assert status == 200
@@ -273,7 +279,10 @@ def test_gunicorn_workers_are_summed(db_url: str, tmp_path: pathlib.Path) -> Non
             assert value(got, "queuelog_jobs_enqueued_total", type="email") == sent
             assert value(got, "queuelog_http_request_duration_seconds_count", method="POST",
                          route="/jobs", status="201") == sent
-            assert value(got, "queuelog_jobs", status="pending", type="email") == sent
+            assert value(got, "queuelog_jobs", status="completed", type="email") == sent
+            assert value(got, "queuelog_job_wait_seconds_count", type="email") == sent
+            assert value(got, "queuelog_job_run_seconds_count", type="email",
+                         outcome="completed") == sent
     finally:
         server.stop()
     assert not folder.exists()  # on_exit removed the directory it made
@@ -290,3 +299,74 @@ def test_a_gunicorn_worker_counting_alone_says_so() -> None:
     assert warning is not None and "-c python:queuelog.server.gunicorn_hooks" in warning
     assert per_worker_warning({}) is None  # queuelog run, a test client
     assert per_worker_warning({**gunicorn, "PROMETHEUS_MULTIPROC_DIR": "/somewhere"}) is None
+
+
+# -- the jobs' run and wait histograms ------------------------------------------------------
+RUN, WAIT = "queuelog_job_run_seconds", "queuelog_job_wait_seconds"
+
+
+def test_run_time_is_claim_to_the_attempts_end_per_outcome(client, producer, worker, admin,
+                                                            clock):
+    before = scrape(client, admin)
+    for _ in range(2):
+        post(client, "/jobs", producer, type="email")
+    first = post(client, "/jobs/claim", worker).json
+    clock.advance(3)
+    post(client, f"/jobs/{first['id']}/complete", worker, attempt=1)
+    second = post(client, "/jobs/claim", worker).json
+    clock.advance(40)
+    post(client, f"/jobs/{second['id']}/fail", worker, attempt=1, error="x")  # retried later
+    after = scrape(client, admin)
+    done = {"type": "email", "outcome": "completed"}
+    assert change(before, after, f"{RUN}_count", **done) == 1
+    assert change(before, after, f"{RUN}_sum", **done) == 3
+    assert change(before, after, f"{RUN}_bucket", **done, le="2.5") == 0
+    assert change(before, after, f"{RUN}_bucket", **done, le="5.0") == 1
+    assert change(before, after, f"{RUN}_sum", type="email", outcome="failed") == 40
+    # Series exist before their first event, every outcome a running job can end with.
+    for outcome in ("lease_expired", "cancelled"):
+        assert (f"{RUN}_count", (("outcome", outcome), ("type", "pdf"))) in after
+
+
+def test_a_batch_complete_observes_each_run(client, producer, worker, admin, clock):
+    post(client, "/jobs/batch", producer, jobs=[{"type": "pdf"}] * 2)
+    held = post(client, "/jobs/claim", worker, max_jobs=2).json["jobs"]
+    clock.advance(7)
+    before = scrape(client, admin)
+    post(client, "/jobs/complete", worker, jobs=[{"id": j["id"], "attempt": 1} for j in held])
+    after = scrape(client, admin)
+    assert change(before, after, f"{RUN}_count", type="pdf", outcome="completed") == 2
+    assert change(before, after, f"{RUN}_sum", type="pdf", outcome="completed") == 14
+
+
+def test_wait_time_is_from_due_to_claim(client, producer, worker, admin, clock):
+    before = scrape(client, admin)
+    post(client, "/jobs", producer, type="sync", delay_seconds=10)
+    clock.advance(25)  # due for the last 15 s
+    assert post(client, "/jobs/claim", worker).status_code == 200
+    post(client, "/jobs", producer, type="sync")
+    assert post(client, "/jobs/claim", worker).status_code == 200  # claimed as it came
+    assert post(client, "/jobs/claim", worker).status_code == 204  # nothing: no observation
+    after = scrape(client, admin)
+    assert change(before, after, f"{WAIT}_count", type="sync") == 2
+    assert change(before, after, f"{WAIT}_sum", type="sync") == 15
+    assert change(before, after, f"{WAIT}_bucket", type="sync", le="0.005") == 1
+    assert (f"{WAIT}_count", (("type", "pdf"),)) in after  # zeros for every type
+
+
+def test_a_lease_taken_back_and_a_running_cancel_observe_their_runs(client, producer, worker,
+                                                                    admin, clock):
+    before = scrape(client, admin)
+    post(client, "/jobs", producer, type="pdf")
+    cancelled = post(client, "/jobs/claim", worker, lease_seconds=600).json
+    clock.advance(12)
+    post(client, f"/jobs/{cancelled['id']}/cancel", admin)
+    post(client, "/jobs", producer, type="pdf")
+    post(client, "/jobs/claim", worker, lease_seconds=30)
+    clock.advance(31)  # its lease runs out: the next claim takes it back
+    assert post(client, "/jobs/claim", worker, types=["email"]).status_code == 204
+    after = scrape(client, admin)
+    assert change(before, after, f"{RUN}_count", type="pdf", outcome="cancelled") == 1
+    assert change(before, after, f"{RUN}_sum", type="pdf", outcome="cancelled") == 12
+    assert change(before, after, f"{RUN}_count", type="pdf", outcome="lease_expired") == 1
+    assert change(before, after, f"{RUN}_sum", type="pdf", outcome="lease_expired") == 31

@@ -154,8 +154,8 @@ def test_document_is_served_and_lists_every_route(client: Any, keys: Any, app: A
     assert got.status_code == 200 and got.json == document(app.config)
     assert set(got.json["paths"]) == {
         "/jobs", "/jobs/{id}", "/jobs/claim", "/jobs/{id}/heartbeat", "/jobs/{id}/complete",
-        "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/healthz", "/metrics",
-        "/openapi.json", "/jobs/retry", "/jobs/cancel", "/types", "/types/{type}/pause",
+        "/jobs/{id}/fail", "/jobs/{id}/cancel", "/jobs/{id}/retry", "/jobs/{id}/run", "/healthz",
+        "/metrics", "/openapi.json", "/jobs/retry", "/jobs/cancel", "/types", "/types/{type}/pause",
         "/types/{type}/resume", "/types/{type}/limits", "/audit", "/jobs/batch", "/jobs/complete",
         "/jobs/fail", "/schedules", "/schedules/{name}/pause", "/schedules/{name}/resume",
         "/schedules/{name}/run", "/workers"}

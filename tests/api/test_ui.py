@@ -169,35 +169,26 @@ def test_retry_needs_a_valid_csrf_token(client: Any, store: Store, seeded: dict[
     assert f"Job #{job} is pending again" in page and "flash-ok" in page
 
 
+@pytest.mark.parametrize("state,button", [("pending", "Cancel job"),
+                                          ("running", "Cancel running job")])
 def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],
-                              admin_user: dict[str, str]) -> None:
-    job = seeded["pending"]
+                              admin_user: dict[str, str], viewer: dict[str, str],
+                              state: str, button: str) -> None:
+    job = seeded[state]
+    assert button not in client.get(f"/ui/jobs/{job}", headers=viewer).text
+    assert button in client.get(f"/ui/jobs/{job}", headers=admin_user).text
     url = f"/ui/jobs/{job}/cancel"
     assert client.post(url, headers=admin_user).status_code == 400
-    assert store.get(job).status is Status.PENDING
+    assert store.get(job).status is Status(state)
     token = csrf_token(client, job, admin_user)
     assert client.post(url, data={"csrf_token": token}, headers=admin_user).status_code == 303
     assert store.get(job).status is Status.CANCELLED
     page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
     assert f"Job #{job} is cancelled." in page
+    assert ("out-cancelled" in page) is (state == "running")  # the attempt it ended
     # Cancelling again changes nothing and says why.
     client.post(url, data={"csrf_token": token}, headers=admin_user)
     assert "was not changed" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
-
-
-def test_a_running_job_is_cancelled_from_its_page(client: Any, store: Store,
-                                                 seeded: dict[str, int],
-                                                 admin_user: dict[str, str],
-                                                 viewer: dict[str, str]) -> None:
-    job = seeded["running"]
-    assert "Cancel running job" not in client.get(f"/ui/jobs/{job}", headers=viewer).text
-    assert "Cancel running job" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
-    token = csrf_token(client, job, admin_user)
-    assert client.post(f"/ui/jobs/{job}/cancel", data={"csrf_token": token},
-                       headers=admin_user).status_code == 303
-    assert store.get(job).status is Status.CANCELLED
-    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
-    assert f"Job #{job} is cancelled." in page and "out-cancelled" in page
 
 
 def test_the_job_page_shows_progress(client: Any, store: Store, seeded: dict[str, int],
@@ -776,3 +767,46 @@ def test_a_request_without_cookies_builds_no_session_signer(client: Any, produce
     client.set_cookie("session", "not-signed")
     assert client.post("/jobs", json={"type": "email"}, headers=producer).status_code == 201
     assert built  # a cookie came: read (and refused) by Flask's signer
+
+
+def test_run_now_from_the_job_page(client: Any, store: Store, clock: Any,
+                                   admin_user: dict[str, str], viewer: dict[str, str]) -> None:
+    job = add(store, delay=3600)
+    assert "Run now" not in client.get(f"/ui/jobs/{job}", headers=viewer).text
+    url = f"/ui/jobs/{job}/run"
+    assert client.post(url, headers=viewer).status_code == 403
+    assert client.post(url, headers=admin_user).status_code == 400  # no CSRF token
+    assert store.get(job).run_at > clock()
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f'action="/ui/jobs/{job}/run"' in page and "Run now" in page
+    resp = client.post(url, data={"csrf_token": csrf_token(client, job, admin_user)},
+                       headers=admin_user)
+    assert resp.status_code == 303 and resp.headers["Location"].endswith(f"/ui/jobs/{job}")
+    assert store.get(job).run_at == clock()
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert f"Job #{job} is due now" in page and f'action="/ui/jobs/{job}/run"' not in page
+
+
+def test_types_page_shows_run_and_wait_percentiles_of_the_last_hour(
+        client: Any, store: Store, clock: Any, viewer: dict[str, str]) -> None:
+    for seconds in (1, 2, 3, 4, 300):  # p50 is the 3rd of 5, p95 the 5th
+        job_id = add(store, "pdf", delay=0.5)
+        clock.advance(0.5 + seconds / 100)  # due for seconds x 10 ms before its claim
+        job = store.claim("w1", types=["pdf"])
+        assert job is not None and job.id == job_id
+        clock.advance(seconds)
+        store.complete(job.id, "w1", job.attempt)
+    page = client.get("/ui/types", headers=viewer).text
+    row = page[page.index('href="/ui/?type=pdf"'):]
+    row = row[:row.index("</tr>")]
+    assert "3.0 s / 5.0 min" in row and "30 ms / 3.0 s" in row
+    other = page[page.index('href="/ui/?type=sync"'):]
+    assert "3.0 s" not in other[:other.index("</tr>")]  # a type with nothing measured
+    clock.advance(3600 + 400)
+    assert "5.0 min" not in client.get("/ui/types", headers=viewer).text  # the last hour only
+
+
+def test_brief_durations_fit_a_narrow_column() -> None:
+    assert [helpers.brief(us) for us in (None, 850, 4_000, 1_230_000, 12_400_000, 246_000_000,
+                                         8_280_000_000)] == [
+        "—", "1 ms", "4 ms", "1.2 s", "12 s", "4.1 min", "2.3 h"]

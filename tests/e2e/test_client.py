@@ -335,6 +335,21 @@ def test_cancel_and_retry_one_job(connect, producer, admin):
     assert refused.value.status == 403
 
 
+def test_run_a_delayed_job_now(connect, producer, worker, admin):
+    p, a, w = connect(producer), connect(admin), connect(worker)
+    job = p.enqueue("email", delay_seconds=3600)
+    assert w.claim() is None
+    due = a.run(job["id"])
+    assert due["status"] == "pending" and due["run_at"] < job["run_at"]
+    assert w.claim()["id"] == job["id"]
+    with pytest.raises(ProblemError) as running:
+        a.run(job)
+    assert running.value.status == 409
+    with pytest.raises(ProblemError) as refused:  # run now is an admin's
+        p.run(job)
+    assert refused.value.status == 403
+
+
 def test_cancel_many_and_retry_many_by_ids_and_by_filter(connect, producer, admin):
     p, a = connect(producer), connect(admin)
     mails = [p.enqueue("email")["id"] for _ in range(3)]

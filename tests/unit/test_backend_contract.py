@@ -169,6 +169,43 @@ def _retry(store: Store, clock: Any) -> None:
     assert store.audit_events(action="job.retry")[0][0].target == str(job.id)
 
 
+@case("run_now")
+def _run_now(store: Store, clock: Any) -> None:
+    later = add(store, delay=600)
+    assert store.claim("w1") is None
+    now = store.run_now(later, actor="ada")
+    assert now.status is Status.PENDING and now.run_at == clock()
+    assert store.audit_events(action="job.run")[0][0].target == str(later)
+    assert store.run_now(later, actor="ada").run_at == now.run_at  # due already: unchanged
+    assert len(store.audit_events(action="job.run")[0]) == 1
+    assert store.claim("w1").id == later
+    with pytest.raises(WrongState):
+        store.run_now(later)  # running
+    with pytest.raises(JobNotFound):
+        store.run_now(999)
+
+
+@case("timings")
+def _timings(store: Store, clock: Any) -> None:
+    for seconds in (1, 2, 3, 4, 100):  # p50 is the 3rd of 5, p95 the 5th
+        job_id = add(store, "pdf", delay=seconds)
+        clock.advance(2 * seconds)  # due for ``seconds`` before its claim
+        job = store.claim("w1", types=["pdf"])
+        assert job is not None and job.id == job_id
+        clock.advance(seconds)
+        store.complete(job.id, "w1", job.attempt)
+    retried = _held(store, type="sync")[0]
+    clock.advance(9)
+    store.fail(retried.id, "w1", retried.attempt, "x", retry_in=60)  # a run, and no wait
+    got = store.timings()
+    assert got["pdf"].run == {50: 3_000_000, 95: 100_000_000}
+    assert got["pdf"].wait == {50: 3_000_000, 95: 100_000_000}
+    assert got["sync"].run == {50: 9_000_000, 95: 9_000_000} and got["sync"].wait == {}
+    assert "email" not in got
+    clock.advance(3601 + 200)
+    assert store.timings() == {}  # the last hour only
+
+
 def test_a_lease_run_out_is_taken_back_by_the_next_claim(store: Store, clock: Any) -> None:
     """The take-back is no verb of its own: the next claim does it, on every backend, as a
     failed attempt retried after its backoff."""

@@ -455,15 +455,17 @@ def test_a_key_lookup_that_cannot_leave_autocommit_gives_its_connection_up(backe
 
 
 def test_a_batch_complete_answers_each_jobs_new_state_and_stores_its_result(store):
-    """complete_many returns what its answer and counts need (``Done``: id, type, status),
-    not a whole job; the job itself is stored completed with its result."""
+    """complete_many returns what its answer, counts and run times need (``Done``: id,
+    type, status, claimed_at, finished_at), not a whole job; the job itself is stored
+    completed with its result."""
     from queuelog.model.jobs import Done
     from queuelog.model.problems import QueuelogError
     first, second = add_job(store, "email"), add_job(store, "pdf")
     held = {j.id: j for j in store.claim_many("w1", 2, lease_seconds=60)}
     got = store.complete_many("w1", [(first.id, held[first.id].attempt, '{"n": 1}'),
                                      (second.id, held[second.id].attempt + 1, None)])
-    assert got[0] == Done(first.id, "email", Status.COMPLETED)
+    assert got[0] == Done(first.id, "email", Status.COMPLETED, held[first.id].claimed_at,
+                          store.clock())
     assert isinstance(got[1], QueuelogError) and got[1].status == 409
     done = store.get(first.id)
     assert done.status is Status.COMPLETED and done.result == {"n": 1}

@@ -17,11 +17,12 @@ from __future__ import annotations
 from queuelog.server.actions.accounts import (create_key, create_user, delete_user, list_keys,
                                               list_users, revoke_key, set_password,
                                               user_exists)
-from queuelog.server.actions.admin import (audit_events, job_types, purge_audit, reset_limits,
-                                           set_limits, set_paused, workers)
+from queuelog.server.actions.admin import (audit_events, job_timings, job_types, purge_audit,
+                                           reset_limits, set_limits, set_paused, workers)
 from queuelog.server.actions.gate import CLI, SYSTEM, gate, roles_of, scope_of, system
 from queuelog.server.actions.jobs import (bulk_cancel, bulk_retry, cancel, count_purgeable,
-                                          enqueue, enqueue_many, purge, request_hash, retry)
+                                          enqueue, enqueue_many, purge, request_hash, retry,
+                                          run_now)
 from queuelog.server.actions.operations import (api_document, backup, schema_revision, scrape,
                                                 upgrade_deferred, upgrade_schema)
 from queuelog.server.actions.reads import (Overview, count_matching, dashboard, dashboard_job,
@@ -37,9 +38,9 @@ __all__ = [
     "bulk_retry", "cancel", "claim", "complete", "complete_many", "count_matching",
     "count_purgeable", "create_key", "create_user", "dashboard", "dashboard_job",
     "dashboard_jobs", "delete_user", "enqueue", "enqueue_many", "fail", "fail_many", "gate",
-    "get_job", "heartbeat", "job_types", "list_jobs", "list_keys", "list_users", "now",
+    "get_job", "heartbeat", "job_timings", "job_types", "list_jobs", "list_keys", "list_users", "now",
     "overview", "health", "purge", "purge_audit", "request_hash", "reset_limits", "retry",
-    "revoke_key", "roles_of", "run_schedule", "schema_revision", "schedule_states",
+    "revoke_key", "roles_of", "run_now", "run_schedule", "schema_revision", "schedule_states",
     "schedule_tick", "scope_of", "scrape", "sees_errors", "sees_key", "set_limits",
     "set_password", "set_paused", "set_schedule_paused", "system", "upgrade_deferred",
     "upgrade_schema", "user_exists", "visible", "workers",

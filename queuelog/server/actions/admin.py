@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from queuelog.model.problems import JobNotFound, ValidationFailed
-from queuelog.server.actions.gate import BOARD, SYSTEM, gate
+from queuelog.server.actions.gate import BOARD, PEOPLE, SYSTEM, gate
 from queuelog.server.auth import Principal
 from queuelog.server.db import get_store
-from queuelog.server.store import Event, TypeSummary, WorkerSummary
+from queuelog.server.store import Event, Timing, TypeSummary, WorkerSummary
 
 
 @gate(*BOARD)
@@ -21,6 +21,13 @@ def workers(who: Principal) -> list[WorkerSummary]:
 def job_types(who: Principal, types: Sequence[str], cap: int) -> list[TypeSummary]:
     """A summary of every configured type: paused, capped counts, the last hour."""
     return get_store().type_summaries(list(types), cap)
+
+
+@gate(*PEOPLE)
+def job_timings(who: Principal) -> dict[str, Timing]:
+    """Viewer, admin: per type, p50 and p95 of run and wait times over the last hour (the
+    dashboard's; /metrics has the histograms for machines)."""
+    return get_store().timings()
 
 
 @gate("admin")

@@ -97,6 +97,12 @@ def retry(who: Principal, job_id: int) -> Job:
     return get_store().retry(job_id, actor=who.name)
 
 
+@gate("admin")
+def run_now(who: Principal, job_id: int) -> Job:
+    """Admin: a delayed or retrying pending job due now (audited); 409 unless pending."""
+    return get_store().run_now(job_id, actor=who.name)
+
+
 @gate("producer", "admin")
 def cancel(who: Principal, job_id: int) -> Job:
     """Cancel a pending or running job: a producer its own (404 for others'), an admin any

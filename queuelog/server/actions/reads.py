@@ -87,11 +87,15 @@ def _still_active(store: Any, who: Principal) -> bool:
 @gate(*READERS)
 def list_jobs(who: Principal, *, status: Status | None, type: str | None,
               priority: int | None, limit: int, before: int | None,
-              schedule: str | None = None) -> Page:
-    """A newest-first page of the jobs ``who`` may see (error text as ``visible``)."""
+              schedule: str | None = None, producer: str | None = None,
+              worker: str | None = None) -> Page:
+    """A newest-first page of the jobs ``who`` may see (error text as ``visible``).
+
+    ``producer`` and ``worker`` narrow within that scope, never past it: a producer
+    asking for another producer's jobs finds none."""
     page = get_store().list_jobs(scope=scope_of(who), status=status, type=type,
                                  priority=priority, limit=limit, before=before,
-                                 schedule=schedule)
+                                 schedule=schedule, producer=producer, worker=worker)
     return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
 
 

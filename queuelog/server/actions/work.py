@@ -74,6 +74,7 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
 
     got = long_polls().claim(try_claim, wait, still_wanted, next_due)
     metrics.long_poll_waited(got.waited)  # a claim's time in the histogram is its work
+    metrics.jobs_claimed(got.jobs)
     return got
 
 
@@ -149,10 +150,12 @@ def _sanitizer() -> Callable[[str], str]:
 
 
 def _finished(done: Sequence[Job | Done | QueuelogError], outcome: str) -> None:
-    """Count the attempts that ended (a retried fail is a ``failed`` attempt too)."""
+    """Count the attempts that ended (a retried fail is a ``failed`` attempt too), and
+    observe their run times."""
+    ended = [job for job in done if not isinstance(job, QueuelogError)]
+    metrics.attempts_ran(ended, outcome)
     per_type: dict[str, int] = {}
-    for job in done:
-        if not isinstance(job, QueuelogError):
-            per_type[job.type] = per_type.get(job.type, 0) + 1
+    for job in ended:
+        per_type[job.type] = per_type.get(job.type, 0) + 1
     for job_type, n in per_type.items():  # one counter write per type, not per job
         metrics.attempt_finished(job_type, outcome, n)

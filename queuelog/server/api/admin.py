@@ -1,4 +1,5 @@
-"""Admin endpoints: retry one job, and repair many at once (bulk retry and cancel)."""
+"""Admin endpoints: retry one job or run it now, and repair many at once (bulk retry and
+cancel)."""
 from __future__ import annotations
 
 from typing import Any
@@ -21,6 +22,14 @@ def retry(job_id: int) -> Any:
     """Failed or cancelled back to pending, with fresh retries; history kept."""
     body("Empty")  # unknown fields are a 422, as everywhere
     return job_json(actions.retry(current_user(), job_id))
+
+
+@bp.post("/jobs/<job_id:job_id>/run")
+@require(actions.run_now, write=True)
+def run_now(job_id: int) -> Any:
+    """A delayed or retrying pending job due now (200 unchanged when due already)."""
+    body("Empty")
+    return job_json(actions.run_now(current_user(), job_id))
 
 
 @bp.post("/jobs/retry")

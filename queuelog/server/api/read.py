@@ -28,7 +28,8 @@ def list_jobs() -> Any:
     before = decode_cursor(q["cursor"]) if "cursor" in q else None
     who = current_user()
     page = actions.list_jobs(who, status=status, type=job_type, priority=priority,
-                             limit=limit, before=before, schedule=q.get("schedule"))
+                             limit=limit, before=before, schedule=q.get("schedule"),
+                             producer=q.get("producer"), worker=q.get("worker"))
     return {"jobs": [job_json(j, who) for j in page.jobs],
             "next_cursor": None if page.older is None else encode_cursor(page.older)}
 

@@ -53,7 +53,7 @@ STATUSES = [s.value for s in Status]
 RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
 # What the audit log records (store/audit.py writes only these; GET /audit filters by them).
 AUDIT_ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user.password",
-                 "job.retry", "job.cancel", "jobs.retry", "jobs.cancel", "type.pause",
+                 "job.retry", "job.cancel", "job.run", "jobs.retry", "jobs.cancel", "type.pause",
                  "type.resume", "type.limits", "type.limits.reset", "jobs.purge", "audit.purge",
                  "schedule.pause", "schedule.resume", "schedule.run")
 SCHEDULED = "scheduled"            # a dashboard-only status: pending with a future run_at
@@ -287,15 +287,20 @@ def _job_id() -> JSON:
 
 # Query strings: every value arrives as a string (``check.query`` reads an ``integer`` from
 # ASCII digits); the dashboard's filters are here too, though not in the document.
+def _job_filters(statuses: list[str]) -> JSON:
+    """The job filters GET /jobs and the dashboard's queue share (the dashboard's statuses
+    add ``scheduled``)."""
+    return {"status": _enum(statuses), "type": _text(), "priority": _enum(PRIORITIES),
+            "producer": _text(), "worker": _text()}
+
+
 QUERIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
-    "JobListQuery": lambda c: _page(status=_enum(STATUSES), type=_text(),
-                                    priority=_enum(PRIORITIES), schedule=_text()),
+    "JobListQuery": lambda c: _page(**_job_filters(STATUSES), schedule=_text()),
     "JobQuery": lambda c: _obj({"wait": _num(0, MAX_WAIT) | {"description": (
         "Seconds to wait for the job to finish (see Outcomes).")}}),
     "AuditQuery": lambda c: _page(action=_enum(AUDIT_ACTIONS), actor=_text()),
-    "QueueFilters": lambda c: _obj({"status": _enum(DASHBOARD_STATUSES), "type": _text(),
-                                    "priority": _enum(PRIORITIES), "producer": _text(),
-                                    "worker": _text(), "q": _text(255),  # id or idem. key
+    "QueueFilters": lambda c: _obj({**_job_filters(DASHBOARD_STATUSES),
+                                    "q": _text(255),  # id or idem. key
                                     "before": _job_id(), "after": _job_id()}),
     "AuditFilters": lambda c: _obj({"before": _job_id()}),
     "Jump": lambda c: _obj({"id": _job_id()}),

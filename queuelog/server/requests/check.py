@@ -16,14 +16,15 @@ from typing import Any, Callable, Iterable, Mapping
 import fastjsonschema
 from flask import Flask, current_app, request
 
-from queuelog.model.problems import ValidationFailed
+from queuelog.model.problems import MalformedRequest, ValidationFailed
 from queuelog.server.requests.bodies import bodies, queries
 from queuelog.server.requests.explain import MAX_ERRORS, Explainer, FieldErrors
 from queuelog.server.requests.parse import is_timestamp, object_body
 
 JSON = dict[str, Any]
 FORMATS = {"date-time": is_timestamp}
-__all__ = ["MAX_ERRORS", "FieldErrors", "body", "query", "validate", "given", "field_errors"]
+__all__ = ["MAX_ERRORS", "FieldErrors", "body", "query", "validate", "given", "field_errors",
+           "params", "unknown"]
 
 
 class Declared:
@@ -188,11 +189,19 @@ def query(name: str, args: Mapping[str, str] | None = None,
           errors: FieldErrors | None = None) -> dict[str, Any]:
     """The query string (``request.args`` unless given) checked against ``QUERIES[name]``.
 
-    Only declared parameters are read; an ``integer`` is read from ASCII digits (anything
-    else stays a string, so the error says "Must be an integer.").
+    A parameter the declaration lacks is a 400 naming it: a mistyped filter silently
+    ignored would answer as if every job matched it. An ``integer`` is read from ASCII
+    digits (anything else stays a string, so the error says "Must be an integer.").
     """
     declared = _declared(current_app)[name]
     source = request.args if args is None else args
+    strangers = unknown(name, source)
+    if strangers:
+        raise MalformedRequest(
+            f"Unknown query parameter{'s' if len(strangers) > 1 else ''}: "
+            f"{', '.join(strangers)[:200]}. This endpoint takes {', '.join(params(name))}.",
+            errors=[{"field": p[:100], "detail": "Unknown parameter."}
+                    for p in strangers[:MAX_ERRORS]])
     data: dict[str, Any] = {}
     for param, schema in declared.schema["properties"].items():
         raw = source.get(param)
@@ -237,3 +246,9 @@ def field_errors(errors: Iterable[dict[str, str]]) -> None:
 def params(name: str) -> list[str]:
     """The parameter names of the declared query string ``name``."""
     return list(_declared(current_app)[name].schema["properties"])
+
+
+def unknown(name: str, args: Iterable[str], also: Iterable[str] = ()) -> list[str]:
+    """The parameters in ``args`` that the query string ``name`` does not declare (nor
+    ``also``, e.g. a form's ``csrf_token``), sorted."""
+    return sorted(set(args) - set(params(name)) - set(also))

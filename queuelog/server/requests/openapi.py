@@ -19,6 +19,7 @@ from queuelog.server.requests.openapi_text import (
     FENCED,
     IDEMPOTENT,
     PER_ITEM,
+    RUN_NOW,
     TAG_OF,
     TAGS,
 )
@@ -358,7 +359,7 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
                         rules=IDEMPOTENT, parameters=[key_header],
                         requestBody=_body("NewJob")),
             "get": _op("listJobs", "List jobs, newest first", READERS,
-                       {"200": _json(_ref("JobPage"), "One page.")}, 401, 403, 422,
+                       {"200": _json(_ref("JobPage"), "One page.")}, 400, 401, 403, 422,
                        parameters=list_params),
         },
         "/jobs/{id}": {"get": _op("getJob", "One job with its attempt history", READERS,
@@ -376,6 +377,8 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
                                    None, security=ANY_AUTH),
         "/jobs/{id}/retry": _verb("retry", "Retry a failed or cancelled job", "admin", None,
                                   security=ANY_AUTH),
+        "/jobs/{id}/run": _verb("runNow", "Run a delayed or retrying job now", "admin", None,
+                                security=ANY_AUTH, rules=RUN_NOW),
     }
 
 
@@ -464,7 +467,8 @@ def _operating_paths(config: Mapping[str, Any]) -> JSON:
                           "admin", the_type, *WRITE, 404, 422, parameters=[type_param],
                           requestBody=_body("Empty", False))},
         "/audit": {"get": _op("listAudit", "Audit events, newest first", "admin",
-                              {"200": _json(_ref("AuditPage"), "One page.")}, 401, 403, 422,
+                              {"200": _json(_ref("AuditPage"), "One page.")}, 400, 401, 403,
+                              422,
                               parameters=_query(queries(config)["AuditQuery"]))},
     }
 

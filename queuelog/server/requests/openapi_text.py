@@ -11,7 +11,8 @@ from typing import Any
 JSON = dict[str, Any]
 
 ERRORS = {
-    400: "Malformed JSON, JSON that is not strict RFC 8259, nested too deep, or not an object.",
+    400: "Malformed JSON, JSON that is not strict RFC 8259, nested too deep, or not an object; "
+         "a query parameter the endpoint does not know (named in `errors`).",
     401: "No or bad credentials.",
     403: "Authenticated, but this role or key may not do this.",
     404: "No such job, or not visible to the caller.",
@@ -36,7 +37,8 @@ TAGS: dict[str, tuple[str, str]] = {
                ("claim", "heartbeat", "complete", "fail", "completeBatch", "failBatch")),
     "jobs": ("Read jobs and their history (every role, each its own jobs).",
              ("listJobs", "getJob")),
-    "admin": ("Repair: retry failed or cancelled jobs (admins).", ("retry", "bulkRetry")),
+    "admin": ("Repair: retry failed or cancelled jobs, run a delayed one now (admins).",
+              ("retry", "bulkRetry", "runNow")),
     "types": ("Job types: counts, pause and resume, limits.",
               ("listTypes", "pauseType", "resumeType", "setTypeLimits", "resetTypeLimits")),
     "schedules": ("Recurring jobs: list, pause, resume, run now.",
@@ -48,6 +50,10 @@ TAGS: dict[str, tuple[str, str]] = {
 TAG_OF = {op_id: tag for tag, (_, ops) in TAGS.items() for op_id in ops}
 
 
+RUN_NOW = ("A `pending` job whose `run_at` is still ahead (delayed, or waiting out a retry's "
+           "backoff) becomes due now (`run_at` = now) and waiting claims are woken; audited "
+           "as `job.run`. A pending job already due is answered unchanged; any other status "
+           "is 409.")
 FENCED = ("Fenced: `attempt` must be the attempt this worker holds now; a stale attempt, or "
           "a job it does not hold, is a 409 that changes nothing.")
 IDEMPOTENT = (

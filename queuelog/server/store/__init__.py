@@ -2,7 +2,8 @@
 
 ``Store`` is composed of parts, each an object over one shared ``Context`` (part.py): the
 job verbs of its backend (``jobs``: backends/), enqueue, reads, stats, types and limits,
-workers, bulk repair, purge, audit, due times, schedules, and ``accounts`` (keys, users).
+workers, the last hour's timings, bulk repair, purge, audit, due times, schedules, and
+``accounts`` (keys, users).
 Its verbs are the parts' own, named once below (``_VERBS``).
 """
 from __future__ import annotations
@@ -19,7 +20,7 @@ from queuelog.model.limits import Limits
 from queuelog.server.migrations import HEAD
 from queuelog.server.store import backends
 from queuelog.server.store.accounts import Accounts, ApiKey, User, hash_token
-from queuelog.server.store.audit import Audit, Event
+from queuelog.server.store.audit import PRIORITY_DETAILS, Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.due import Due
 from queuelog.server.store.engine import Clock, make_engine
@@ -32,18 +33,20 @@ from queuelog.server.store.reads import ALL, Page, Reads, Scope
 from queuelog.server.store.schedules import Schedules, ScheduleState
 from queuelog.server.store.signins import SignIns
 from queuelog.server.store.stats import Series, Stats
+from queuelog.server.store.timings import PERCENTILES, Timing, Timings
 from queuelog.server.store.turns import WRITE_WAIT_SECONDS
 from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
-__all__ = ["ALL", "Accounts", "ApiKey", "Claimed", "Event", "FlowState", "Item", "NewJob", "Page",
-           "RunningJob", "ScheduleState", "Scope", "Series", "SignIns", "Store", "TypeSummary",
-           "User", "WorkerSummary", "hash_token", "revisions"]
+__all__ = ["ALL", "PERCENTILES", "PRIORITY_DETAILS", "Accounts", "ApiKey", "Claimed", "Event",
+           "FlowState", "Item", "NewJob", "Page", "RunningJob", "ScheduleState", "Scope",
+           "Series", "SignIns", "Store", "Timing", "TypeSummary", "User", "WorkerSummary",
+           "hash_token", "revisions"]
 
 # Each part's verbs, as the Store offers them.
 _VERBS = {
     "jobs": ("claim", "claim_many", "heartbeat", "complete", "complete_many", "fail",
-             "fail_many", "cancel", "retry", "watch"),
+             "fail_many", "cancel", "retry", "watch", "run_now"),
     "enqueuing": ("enqueue", "enqueue_many"),
     "reads": ("get", "list_jobs", "ping"),
     "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
@@ -51,6 +54,7 @@ _VERBS = {
     "types": ("paused", "type_summaries", "set_paused"),
     "limits": ("set_limits", "reset_limits", "flow_states"),
     "worker_reads": ("workers",),
+    "timing": ("timings",),
     "bulk": ("count_matching", "bulk_retry", "bulk_cancel"),
     "purging": ("purge",),
     "audit": ("audit_events", "purge_audit"),
@@ -95,6 +99,7 @@ class Store:
         self.limits = TypeLimits(ctx, type_limits or {})
         self.types = Types(ctx, stats=self.stats, limits=self.limits)
         self.worker_reads = Workers(ctx)
+        self.timing = Timings(ctx)
         self.bulk = Bulk(ctx, self.jobs)
         self.purging = Purge(ctx)
         self.audit = Audit(ctx)
@@ -119,16 +124,19 @@ class Store:
         self.ctx.clock = clock
 
     def hook(self, *, jobs_written: Any = None, lease_expired: Any = None,
-             claimable: Any = None, finished: Any = None) -> None:
+             claimable: Any = None, finished: Any = None, run_cancelled: Any = None) -> None:
         """Set the server's callbacks: jobs created or finished (retention), a lease taken
         back (metrics), a commit that made jobs claimable (this process's long polls), a
-        commit that finished a watched job (this process's waits on jobs)."""
+        commit that finished a watched job (this process's waits on jobs), a running job
+        cancelled (metrics)."""
         if jobs_written is not None:
             self.ctx.on_jobs_written = jobs_written
         if lease_expired is not None:
             self.ctx.on_lease_expired = lease_expired
         if claimable is not None:
             self.ctx.on_claimable = claimable
+        if run_cancelled is not None:
+            self.ctx.on_run_cancelled = run_cancelled
         if finished is not None:
             self.ctx.on_finished = finished
 

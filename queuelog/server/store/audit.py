@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
+from queuelog.model.jobs import Priority
 from queuelog.server.store.part import Part
 from queuelog.server.store.tables import audit_events
 # The vocabulary is declared with GET /audit's query (requests/ sits below store/).
@@ -76,9 +77,34 @@ class Event:
 
     @classmethod
     def from_row(cls, row: Any) -> "Event":
-        """Build from an ``audit_events`` row."""
+        """Build from an ``audit_events`` row, priorities by their labels."""
         return cls(row.id, row.at, row.actor, row.action, row.target,
-                   json.loads(row.detail) if row.detail else {})
+                   labelled(json.loads(row.detail)) if row.detail else {})
+
+
+PRIORITY_DETAILS = ("priority", "max_priority")  # detail keys that hold a stored priority
+
+
+def labelled(detail: Any) -> Any:
+    """``detail`` with every stored priority (at any depth, e.g. a bulk action's filter)
+    shown by its label: ``"high"``, not 20, as the contract has it.
+
+    Done here, where every reader (GET /audit, ``queuelog audit``, the dashboard) gets
+    events, so all agree and events recorded with numbers read the same as any other.
+    """
+    if isinstance(detail, dict):
+        return {k: _label(v) if k in PRIORITY_DETAILS else labelled(v)
+                for k, v in detail.items()}
+    if isinstance(detail, list):
+        return [labelled(v) for v in detail]
+    return detail
+
+
+def _label(value: Any) -> Any:
+    """A stored priority's label; any other value (a label already, null) unchanged."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Priority.from_value(value).label
+    return value
 
 
 class Audit(Part):

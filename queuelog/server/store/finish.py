@@ -28,8 +28,9 @@ from queuelog.server.store.tables import jobs
 
 LEASE_EXPIRED_ERROR = "lease expired"
 Item = tuple[int, int, "str | None"]  # a complete's (id, attempt, result JSON)
-# The columns a batch complete returns: what its answer, its counts and ``settled`` read.
-DONE_COLUMNS = "id, type, status, watched, has_dependents"
+# The columns a batch complete returns: what its answer, its counts and ``settled`` read,
+# and the attempt's claim and end (its run time in the metrics; model.jobs.Done).
+DONE_COLUMNS = "id, type, status, watched, has_dependents, claimed_at, finished_at"
 _FINISHED = frozenset(s.value for s in FINISHED)
 
 
@@ -166,8 +167,8 @@ class Finishing(Part):
             row = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
                                     LEASE_EXPIRED_ERROR, retry=True, retry_in=None,
                                     worker=None)
-            if row is not None:
-                self.ctx.on_lease_expired(row.type)
+            if row is not None:  # its run: from its claim to the take-back
+                self.ctx.on_lease_expired(row.type, (now - row.claimed_at) / 1e6)
 
     def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
                      outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,
@@ -225,9 +226,10 @@ class Finishing(Part):
             # A job cancelled while it ran has its attempt open: end it ``cancelled`` (a
             # pending job's attempts ended before, and match nothing).
             for r in rows:
-                if r.attempt:
-                    ended += self._attempt_cancel.run(conn, {
-                        "jid": r.id, "att": r.attempt, "now": now})
+                if r.attempt and self._attempt_cancel.run(conn, {
+                        "jid": r.id, "att": r.attempt, "now": now}):
+                    ended += 1
+                    self.ctx.on_run_cancelled(r.type, (now - r.claimed_at) / 1e6)
         self.settled(conn, rows, ran=bool(ended))
         return rows
 

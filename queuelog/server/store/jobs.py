@@ -25,7 +25,7 @@ from queuelog.server.store.finish import Finishing
 from queuelog.server.store.limits import Limiter
 from queuelog.server.store.part import Context
 from queuelog.server.store.prepared import Prepared
-from queuelog.server.store.reads import ALL, get_row
+from queuelog.server.store.reads import ALL, get_row, status_is
 from queuelog.server.store.tables import jobs
 
 
@@ -202,6 +202,29 @@ class Jobs(Finishing):
                 record(conn, now, actor, "job.retry", str(job_id))
             self.notifier.notify(conn)
             self.flows.restore(conn, now, [job_id])  # its failure's cancelled dependents
+            return Job.from_row(row)
+
+
+    def run_now(self, job_id: int, actor: str | None = None) -> Job:
+        """Make a pending job whose ``run_at`` is still ahead (delayed, or waiting out a
+        retry's backoff) due now, and wake waiting claims; audited as ``job.run``.
+
+        A pending job already due is answered unchanged (nothing to do, nothing recorded);
+        any other status is WrongState (409), a missing job JobNotFound (404).
+        """
+        with self._write.begin() as conn:
+            now = self.clock()
+            row = conn.execute(update(jobs).where(
+                jobs.c.id == job_id, status_is(Status.PENDING), jobs.c.run_at > now)
+                .values(run_at=now, updated_at=now).returning(*jobs.c)).first()
+            if row is None:
+                row = get_row(conn, job_id, ALL)
+                if row.status != Status.PENDING.value:
+                    raise WrongState("Only a pending job can be run now.")
+                return Job.from_row(row)  # due already: the next claim may take it
+            if actor is not None:
+                record(conn, now, actor, "job.run", str(job_id))
+            self.notifier.notify(conn)  # claimable now: wake waiting claims, as an enqueue
             return Job.from_row(row)
 
 

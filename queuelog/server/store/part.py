@@ -25,8 +25,12 @@ class Context:
         self.clock = clock
         # Told when a call created or finished jobs (retention purges after such requests).
         self.on_jobs_written: Callable[[], None] = lambda: None
-        # Told the type of each job whose lease a claim took back (the metrics count them).
-        self.on_lease_expired: Callable[[str], None] = lambda job_type: None
+        # Told the type of each job whose lease a claim took back (the metrics count them),
+        # and, as a second argument where given, its run time in seconds (claim to take-back).
+        self.on_lease_expired: Callable[..., None] = lambda job_type, seconds=None: None
+        # Told the type and run time (seconds, claim to cancel) of each running job
+        # cancelled: the metrics' queuelog_job_run_seconds{outcome="cancelled"}.
+        self.on_run_cancelled: Callable[[str, float], None] = lambda job_type, seconds: None
         # Told after a commit that made jobs claimable (this process's long polls wake;
         # other processes hear the notifier): see wakeups.py.
         self.on_claimable: Callable[[], None] = lambda: None

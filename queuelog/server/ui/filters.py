@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from queuelog.model.jobs import Priority
-from queuelog.server.requests.check import FieldErrors, params, query
+from queuelog.server.requests.check import FieldErrors, params, query, unknown
 
 PAGE_SIZE = 50
 JOB_IDS = ("before", "after", "id")  # typed by people: "#12" and " 12 " are job 12
@@ -26,10 +26,10 @@ def read(name: str, args: Mapping[str, str], *, also: tuple[str, ...] = ()) -> d
     A parameter the declaration lacks (nor ``also``, e.g. a form's ``csrf_token``) is refused:
     a mistyped filter silently ignored would show every job as if they matched it.
     """
-    unknown = sorted(set(args) - set(params(name)) - set(also))
-    if unknown:
-        raise BadFilter(f"Unknown parameter{'s' if len(unknown) > 1 else ''}: "
-                        f"{', '.join(unknown)[:200]}. This page takes "
+    strangers = unknown(name, args, also)
+    if strangers:
+        raise BadFilter(f"Unknown parameter{'s' if len(strangers) > 1 else ''}: "
+                        f"{', '.join(strangers)[:200]}. This page takes "
                         f"{', '.join(params(name))}.")
     given = {}
     for param in params(name):

@@ -11,6 +11,7 @@ from flask_wtf.csrf import CSRFProtect
 from queuelog.model.jobs import Priority, isoformat, to_datetime
 from queuelog.server import actions
 from queuelog.server.auth import refuse_cross_site
+from queuelog.server.store import PRIORITY_DETAILS
 
 csrf = CSRFProtect()
 HEADERS = {
@@ -47,7 +48,7 @@ def init_app(app: Flask) -> None:
     app.after_request(secure_headers)
     app.jinja_env.filters.update(ts=_ts, iso=isoformat, count=_count, prio=_prio,
                                  pretty=_pretty, duration=duration, ago=_ago,
-                                 detail=detail_value)
+                                 detail=detail_value, brief=brief)
 
 
 def _ts(us: int | None) -> str:
@@ -62,13 +63,11 @@ def _prio(value: int) -> str:
     return Priority.from_value(value).label
 
 
-PRIORITY_DETAILS = ("priority", "max_priority")  # audit details that hold a stored priority
-
-
 def detail_value(key: str, value: Any) -> str:
-    """An audit detail's value for people: priorities by label (``high``, not 20), else JSON."""
-    if key in PRIORITY_DETAILS and isinstance(value, int) and not isinstance(value, bool):
-        return Priority.from_value(value).label
+    """An audit detail's value for people: a priority's label bare (``high``; the store
+    gives labels, store/audit.py), else JSON."""
+    if key in PRIORITY_DETAILS and isinstance(value, str):
+        return value
     return json.dumps(value, ensure_ascii=False)
 
 
@@ -105,6 +104,23 @@ def duration(us: int | None) -> str:
         return f"{minutes} min {sec:02d} s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
+
+
+def brief(us: int | None) -> str:
+    """A span of time in at most five characters, for a narrow column: 850 ms, 1.2 s,
+    12 s, 4.1 min, 2.3 h (``duration`` spells out minutes and seconds)."""
+    if us is None:
+        return "—"
+    seconds = us / 1_000_000
+    for limit, unit, size in ((1, "ms", 0.001), (60, "s", 1), (3600, "min", 60)):
+        if seconds < limit:
+            break
+    else:
+        unit, size = "h", 3600
+    value = seconds / size
+    if unit == "ms":
+        return f"{round(value)} ms"
+    return f"{value:.1f} {unit}" if value < 10 else f"{round(value)} {unit}"
 
 
 def _pretty(value: Any) -> str:

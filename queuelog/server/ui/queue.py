@@ -1,5 +1,5 @@
 """The dashboard's queue: counts, the last hour's chart, filters, pages of jobs, one job,
-and an admin's retry or cancel of it.
+and an admin's retry, cancel or "run now" of it.
 
 Error text is removed from every job before it reaches a viewer's template (V-10), not
 merely left unrendered.
@@ -87,6 +87,13 @@ def cancel(job_id: int) -> Any:
     return _act(job_id, "cancel")
 
 
+@bp.post("/jobs/<job_id:job_id>/run")
+@require(actions.dashboard, actions.run_now)
+def run_now(job_id: int) -> Any:
+    """Admin: make a delayed or retrying pending job due now."""
+    return _act(job_id, "run")
+
+
 def _act(job_id: int, action: str) -> Any:
     # Authenticated and authorized by now (401/403 come first); then the form checks.
     check_form()
@@ -94,6 +101,9 @@ def _act(job_id: int, action: str) -> Any:
         if action == "retry":
             actions.retry(current_user(), job_id)
             flash(f"Job #{job_id} is pending again, with fresh retries.", "ok")
+        elif action == "run":
+            actions.run_now(current_user(), job_id)
+            flash(f"Job #{job_id} is due now: the next claim takes it.", "ok")
         else:
             actions.cancel(current_user(), job_id)
             flash(f"Job #{job_id} is cancelled.", "ok")

@@ -13,19 +13,22 @@ from queuelog.model.problems import JobNotFound, ValidationFailed
 from queuelog.server import actions
 from queuelog.server.auth import current_user, require
 from queuelog.server.requests.check import validate
+from queuelog.server.store import Timing
 from queuelog.server.ui.helpers import check_form, error_page
 
 bp = Blueprint("types", __name__)
 
 
 @bp.get("/types")
-@require(actions.dashboard, actions.job_types)
+@require(actions.dashboard, actions.job_types, actions.job_timings)
 def types() -> Any:
-    """One row per configured type: paused, counts, queue age, the last hour."""
+    """One row per configured type: paused, counts, queue age, the last hour (with its run
+    and wait percentiles)."""
     config, who = current_app.config, current_user()
     return render_template("ui/types.html", cap=config["COUNT_CAP"],
                            types=actions.job_types(who, list(config["JOB_TYPES"]),
-                                                   config["COUNT_CAP"]))
+                                                   config["COUNT_CAP"]),
+                           timings=actions.job_timings(who), empty=Timing())
 
 
 @bp.post("/types/<job_type>/<any(pause, resume):verb>")

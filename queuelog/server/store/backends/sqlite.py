@@ -13,7 +13,7 @@ from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
 from queuelog.server.store.engine import database_file, write_turns
-from queuelog.server.store.finish import DONE_COLUMNS, Item
+from queuelog.server.store.finish import Item
 from queuelog.server.store.jobs import Jobs
 from queuelog.server.store.notifier import Notifier, SQLiteNotifier
 from queuelog.server.store.prepared import Prepared
@@ -166,8 +166,7 @@ class SQLiteJobs(Jobs):
         self._expired = Prepared(sql.EXPIRED.bindparams(bindparam("lim", st.EXPIRE_BATCH))
                                  .columns(*st.EXPIRED.selected_columns), d)
         self._complete_full = Prepared(text(sql.COMPLETE.format(returning="*")), d)
-        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_COLUMNS)),
-                                       d)
+        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_COLUMNS)), d)
         self._close_attempts = Prepared(sql.CLOSE_ATTEMPTS, d)
 
     def _claim_rows(self, conn: Connection, kind: str, params: dict[str, Any],
