@@ -86,8 +86,11 @@ class Bulk(Part):
                                           batch)[0]
             return total
         # One status at a time, so each batch is a walk of (status, ...) indexes by id.
+        started = None
         for status in statuses:
             last = 0
+            if started is not None:  # between two statuses' walks, as between two batches
+                self.backend.yield_lock(started)
             while True:
                 started = time.perf_counter()
                 changed, found, last = self._bulk_batch(

@@ -12,7 +12,7 @@ from queuelog.model import jsontext
 from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
-from queuelog.server.store.finish import Item
+from queuelog.server.store.finish import DONE_COLUMNS, Item
 from queuelog.server.store.jobs import Claimed, Jobs, claim_kind, claim_params
 from queuelog.server.store.jobs import revoked
 from queuelog.server.store.listen import CHANNEL

@@ -13,7 +13,7 @@ from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
 from queuelog.server.store.engine import database_file, write_turns
-from queuelog.server.store.finish import Item
+from queuelog.server.store.finish import DONE_COLUMNS, Item
 from queuelog.server.store.jobs import Jobs
 from queuelog.server.store.notifier import Notifier, SQLiteNotifier
 from queuelog.server.store.prepared import Prepared
