@@ -120,11 +120,14 @@ def bulk_retry(who: Principal, *, ids: Sequence[int] | None = None,
 
 
 @gate("producer", "admin")
-def bulk_cancel(who: Principal, *, ids: Sequence[int] | None = None, type: str | None = None,
+def bulk_cancel(who: Principal, *, ids: Sequence[int] | None = None,
+                statuses: Sequence[Status] | None = None, type: str | None = None,
                 priority: int | None = None) -> int:
-    """Cancel every pending job matching: a producer only its own; admins are audited."""
+    """Cancel every pending and blocked job matching (``statuses``: only those): a producer
+    only its own; admins are audited."""
     return get_store().bulk_cancel(who.name if who.is_admin else None, ids=ids,
-                                   scope=scope_of(who), type=type, priority=priority)
+                                   statuses=statuses, scope=scope_of(who), type=type,
+                                   priority=priority)
 
 
 @gate(SYSTEM)

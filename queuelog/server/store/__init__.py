@@ -48,7 +48,7 @@ _VERBS = {
     "jobs": ("claim", "claim_many", "heartbeat", "complete", "complete_many", "fail",
              "fail_many", "cancel", "retry", "watch", "run_now"),
     "enqueuing": ("enqueue", "enqueue_many"),
-    "reads": ("get", "list_jobs", "ping"),
+    "reads": ("get", "statuses", "list_jobs", "ping"),
     "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
               "count_purgeable", "count_by_status", "outcomes_per_minute"),
     "types": ("paused", "type_summaries", "set_paused"),

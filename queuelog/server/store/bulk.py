@@ -58,12 +58,15 @@ class Bulk(Part):
                           ids=ids, scope=ALL, type=type, priority=priority, batch=batch)
 
     def bulk_cancel(self, actor: str | None, *, ids: Sequence[int] | None = None,
-                    scope: Scope = ALL, type: str | None = None, priority: int | None = None,
+                    statuses: Sequence[Status] | None = None, scope: Scope = ALL,
+                    type: str | None = None, priority: int | None = None,
                     batch: int = BULK_BATCH) -> int:
-        """Cancel pending and blocked jobs (a producer's scope: its own); how many changed."""
-        detail = _filter_detail(ids, None, type, priority)
+        """Cancel pending and blocked jobs, or only those in ``statuses`` (the dashboard's
+        list of one status); a producer's scope: its own; how many changed."""
+        # The status is in the audit only when narrowed: the API's events read as before.
+        detail = _filter_detail(ids, statuses if ids is None else None, type, priority)
         return self._bulk(Tally(actor, "jobs.cancel", None, detail),
-                          (Status.PENDING, Status.BLOCKED), None,
+                          tuple(statuses or (Status.PENDING, Status.BLOCKED)), None,
                           ids=ids, scope=scope, type=type, priority=priority, batch=batch)
 
     def _bulk(self, tally: Tally, statuses: Sequence[Status], values: dict[str, Any] | None, *,

@@ -6,7 +6,7 @@ must answer 404 for an invisible job uses the same conditions.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import Connection, bindparam, literal_column, select, text
 
@@ -104,6 +104,17 @@ class Reads(Part):
             if len(shown) > MAX_DEPENDENTS:
                 shown, more = shown[:MAX_DEPENDENTS], True
             return dataclasses.replace(job, dependents=tuple(shown), dependents_truncated=more)
+
+    def statuses(self, ids: Sequence[int],
+                 scope: Scope = ALL) -> dict[int, tuple[str, Status]]:
+        """The type and status of each of ``ids`` the scope may see, by id, in one read; a
+        job missing (purged) or not visible is left out."""
+        if not ids:
+            return {}  # a job with no parents nor dependents: no connection taken
+        query = select(jobs.c.id, jobs.c.type, jobs.c.status).where(
+            jobs.c.id.in_(sorted(set(ids))), *scope_conditions(scope))
+        with self._read.connect() as conn:
+            return {r.id: (r.type, Status(r.status)) for r in conn.execute(query)}
 
     def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
                   type: str | None = None, priority: int | None = None, limit: int = 50,
