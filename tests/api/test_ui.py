@@ -10,7 +10,8 @@ from urllib.parse import quote
 import pytest
 from werkzeug.security import generate_password_hash
 
-from helpers import add
+from helpers import SQLITE_ONLY, add
+from queuelog.server.requests.bodies import DASHBOARD_STATUSES
 from queuelog.server.ui import helpers, queue
 from queuelog.server.ui.filters import PAGE_SIZE
 from queuelog.server.ui.charts import minute_chart, nice_ceiling
@@ -305,6 +306,14 @@ def test_pages_have_no_inline_script_or_style(client: Any, seeded: dict[str, int
         html = client.get(page, headers=admin_user).text
         assert not re.search(r"<script(?![^>]*\bsrc=)", html), page
         assert not re.search(r"\sstyle=|<style|\son[a-z]+=", html), page
+
+
+@SQLITE_ONLY  # a stylesheet: no database in it
+def test_every_status_has_its_badge_and_count_colours(client: Any) -> None:
+    css = client.get("/static/ui.css").text
+    for status in DASHBOARD_STATUSES:
+        assert re.search(rf"\.st-{status}\b[^{{]*\{{ color: #\w+; background:", css), status
+        assert f".count.st-{status} .dot {{ color:" in css, status
 
 
 def test_static_assets_need_no_credentials(client: Any) -> None:

@@ -105,12 +105,12 @@ def seed(store: Store, clock: SteppedClock) -> dict[str, list[int]]:
         store.cancel(job_id)
         ids["cancelled"].append(job_id)
     ids["pending"] = [enqueue(delay=1800) for _ in range(2)] + [enqueue() for _ in range(6)]
-    # A workflow: a job waiting for a completed and a running parent, and its own
-    # dependent; the first one's page is in every walk below.
+    # A workflow: a job waiting for a completed and a running parent, and three of its
+    # own dependents (five links: more than a phone's line); its page is in every walk.
     waits, _ = store.enqueue(NewJob("reports", "pdf", "{}", 0, 3, depends_on=(
         ids["completed"][-1], ids["running"][0]), on_parent_failure="run"))
-    then, _ = store.enqueue(NewJob("reports", "email", "{}", 0, 3, depends_on=(waits.id,)))
-    ids["blocked"] = [waits.id, then.id]
+    ids["blocked"] = [waits.id] + [store.enqueue(NewJob(
+        "reports", t, "{}", 0, 3, depends_on=(waits.id,)))[0].id for t in TYPES]
     return ids
 
 
@@ -455,7 +455,7 @@ def test_the_job_page_links_its_workflow_both_ways_on_screen(live: Live, browser
     the card's or the screen's edge; following one leads to a page that links back."""
     job = live.store.get(live.ids["blocked"][0])
     family = [*job.depends_on, *(job.dependents or ())]
-    assert len(family) == 3
+    assert len(family) == 5
     expected = [f"#{i} {live.store.get(i).type}" for i in family]
     context = browser.new_context(http_credentials=VIEWER, viewport=size)
     try:
