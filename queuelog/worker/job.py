@@ -80,7 +80,7 @@ class JobRun:
             self.progress = progress.ProgressFile(self.job.id, log=self.log)
             self.parents_path = self._write_parents(self.progress)
             proc = JobProcess(self.settings.command, self.job.payload, self.child_env())
-        except OSError as exc:  # deleted or made unexecutable since the runner started
+        except OSError as exc:  # the command gone or unexecutable since the start; a full disk
             self._remove_progress()
             release()
             self._fail("failed", f"cannot run {self.settings.command[0]}: {exc}")

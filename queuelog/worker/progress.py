@@ -2,7 +2,7 @@
 
 Each command gets ``QUEUELOG_PROGRESS_FILE``, a path in a private directory (mode 0700) made
 for its job and removed when the job ends; the job's other files (``QUEUELOG_JOB_PARENTS_FILE``,
-its parents as JSON) are written there too, so one folder holds all and goes with the job. The command writes a JSON object there whenever it
+its parents as JSON) go there too, and with it. The command writes a JSON object there whenever it
 likes (``echo '{"percent": 40}' > "$QUEUELOG_PROGRESS_FILE"``), in any language and without
 HTTP; the runner looks at the file's size and modification time twice a second, which costs
 one ``stat``, and reads it only when they changed. A file that is not a JSON object, or over
