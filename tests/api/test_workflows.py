@@ -165,6 +165,7 @@ def test_another_producers_job_is_no_parent_and_reveals_nothing(client, producer
       {"type": "email"}], "jobs[1].depends_on[0]"),                              # later
     ([{"type": "email"}, {"type": "email", "depends_on": [12345]}],
      "jobs[1].depends_on[0]"),                                                   # missing
+    ([{"type": "email", "depends_on": [12345]}], "jobs[0].depends_on[0]"),       # one item
 ])
 def test_a_batch_with_a_bad_parent_writes_nothing(client, producer, admin, items, field):
     body = problem(client.post("/jobs/batch", json={"jobs": items}, headers=producer), 422)
