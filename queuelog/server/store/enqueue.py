@@ -103,7 +103,7 @@ class Enqueue(Part):
     def enqueue(self, new: NewJob) -> tuple[Job, bool]:
         """Add a job; return it and whether it is new (False: an idempotent replay)."""
         if new.depends_on:
-            jobs_, replayed = self.enqueue_many([new])
+            jobs_, replayed = self.enqueue_many([new], batch=False)
             return jobs_[0], not replayed
         if new.idempotency_key is None:  # one INSERT (its wake-up in it): whole by itself
             values = new_row(new, self.clock())  # made before the write's turn
@@ -130,12 +130,14 @@ class Enqueue(Part):
                 continue  # lost a race for (producer, key): the next round finds its row
         raise Conflict("Could not settle the idempotency key; try again.")
 
-    def enqueue_many(self, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
+    def enqueue_many(self, news: Sequence[NewJob], *,
+                     batch: bool = True) -> tuple[list[Job], list[int]]:
         """Add many jobs of one producer in one transaction, all or nothing, in order.
 
         Returns the jobs in request order and the indexes of idempotent replays. A key
         used before for a different request fails the whole batch (IdempotencyMismatch,
-        its ``errors`` naming each item as ``jobs[i].idempotency_key``).
+        its ``errors`` naming each item as ``jobs[i].idempotency_key``). ``batch``: a
+        field is named as a batch's (``jobs[i].depends_on[k]``), else as a single job's.
         """
         if not news:
             return [], []
@@ -152,7 +154,7 @@ class Enqueue(Part):
         for _ in range(5):
             try:
                 with self._write.begin() as conn:
-                    rows, replayed = self._enqueue_many(conn, news, keys)
+                    rows, replayed = self._enqueue_many(conn, news, keys, batch)
                 # Built after the commit: the write lock is held for the SQL alone.
                 return [Job.from_row(r) for r in rows if r is not None], replayed
             except IntegrityError:
@@ -161,8 +163,8 @@ class Enqueue(Part):
                 continue
         raise Conflict("Could not settle the idempotency keys; try again.")
 
-    def _enqueue_many(self, conn: Connection, news: Sequence[NewJob],
-                      keys: list[str]) -> tuple[list[Any], list[int]]:
+    def _enqueue_many(self, conn: Connection, news: Sequence[NewJob], keys: list[str],
+                      batch: bool = True) -> tuple[list[Any], list[int]]:
         """A batch with idempotency keys: its replays found, the rest inserted."""
         found = {r.idempotency_key: r for r in self._by_keys.rows(
             conn, {"producer": news[0].producer, "keys": keys})}
@@ -185,7 +187,7 @@ class Enqueue(Part):
             raise IdempotencyMismatch("; ".join(e["field"] for e in mismatched) + ": used "
                                       "before for a different request.", errors=mismatched)
         if fresh and any(news[i].depends_on for i in fresh):
-            self._insert_linked(conn, news, fresh, out, now)
+            self._insert_linked(conn, news, fresh, out, now, batch)
         elif fresh:
             values = [new_row(news[i], now) for i in fresh]
             for i, row in zip(fresh, _rows(self._insert_new(conn, values), values)):
@@ -193,7 +195,7 @@ class Enqueue(Part):
         return out, replayed
 
     def _insert_linked(self, conn: Connection, news: Sequence[NewJob], fresh: list[int],
-                       out: list[Any], now: int) -> None:
+                       out: list[Any], now: int, batch: bool) -> None:
         """Insert a batch's new jobs one by one, in order, each with its parents resolved,
         marked and counted (flows.py); a missing or unreadable parent is a 422 naming it."""
         errors: list[dict[str, str]] = []
@@ -204,7 +206,7 @@ class Enqueue(Part):
                     continue  # an earlier item it names was refused: said there
                 ids = [out[p.n].id if isinstance(p, Item) else p for p in new.depends_on]
                 found = {r.id: r for r in conn.execute(_marking(ids, new.parents_scope))}
-                where = f"jobs[{i}].depends_on" if len(news) > 1 else "depends_on"
+                where = f"jobs[{i}].depends_on" if batch else "depends_on"
                 missing = [{"field": f"{where}[{k}]", "detail": "No such job, or not yours."}
                            for k, job_id in enumerate(ids) if job_id not in found]
                 if missing:
