@@ -227,7 +227,7 @@ def test_the_job_page_links_parents_and_dependents(client: Any, store: Store,
                                                           headers=viewer).text
     assert "on_parent_failure: cancel" in client.get(f"/ui/jobs/{after}", headers=viewer).text
     alone = client.get(f"/ui/jobs/{add(store)}", headers=viewer).text
-    assert "workflow" not in alone
+    assert 'class="card workflow"' not in alone
 
 
 def test_a_job_cancelled_by_its_parent_says_which(client: Any, store: Store,
