@@ -181,7 +181,7 @@ def run_tree(tree: str, *args: str) -> dict[str, Any]:
     """Run this script's ``args`` in a subprocess on ``tree``'s code; its JSON answer."""
     env = {**os.environ, "PYTHONPATH": tree}
     out = subprocess.run([sys.executable, __file__, *args, "--tree", tree], env=env,
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, check=False)
     if out.returncode:
         sys.exit(f"{args[0]} on {tree} failed:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -572,7 +572,8 @@ def main() -> None:
         rep["build"] = info
         print(f"[{name}] build: fill {info['fill_s']:.1f} s (jobs and attempts), vacuum "
               f"{info['vacuum_s']:.1f} s, copy {info['copy_s']:.1f} s, migration 0013 on the "
-              f"copy {info['migrate_s']:.2f} s{' (built now)' if info.get('built_now') else ' (kept)'}",
+              f"copy {info['migrate_s']:.2f} s"
+              + (" (built now)" if info.get("built_now") else " (kept)"),
               flush=True)
         if "lifecycle" not in skip:
             rounds = []
@@ -584,13 +585,15 @@ def main() -> None:
                       f"{got['main']['per_s']:.0f}/s, flow {got['flow']['per_s']:.0f}/s, "
                       f"flow/main {got['ratio']:.3f} (by the calls' p50s "
                       f"{got['ratio_p50']:.3f}, by this process's CPU {got['ratio_cpu']:.3f}: "
-                      f"{got['main']['cpu_ms']:.2f} / {got['flow']['cpu_ms']:.2f} ms a job); p50 ms enqueue/claim/complete main "
+                      f"{got['main']['cpu_ms']:.2f} / {got['flow']['cpu_ms']:.2f} ms a job); "
+                      "p50 ms enqueue/claim/complete main "
                       + "/".join(fmt_ms(got["main"][k]) for k in ("enqueue", "claim", "complete"))
                       + ", flow "
                       + "/".join(fmt_ms(got["flow"][k]) for k in ("enqueue", "claim", "complete")),
                       flush=True)
             rep["lifecycle"] = rounds
-            print(f"[{name}] lifecycle medians: main {med([g['main']['per_s'] for g in rounds]):.0f}"
+            print(f"[{name}] lifecycle medians: main "
+                  f"{med([g['main']['per_s'] for g in rounds]):.0f}"
                   f"/s, flow {med([g['flow']['per_s'] for g in rounds]):.0f}/s, flow/main "
                   f"{med([g['ratio'] for g in rounds]):.3f} (rounds "
                   + ", ".join(f"{g['ratio']:.3f}" for g in rounds) + "); by the calls' p50s "
@@ -619,7 +622,7 @@ def main() -> None:
         Path(a.json).write_text(json.dumps(report, indent=1))
 
 
-def report_flows(name: str, flows: dict[str, Any]) -> None:  # noqa: C901 - a report
+def report_flows(name: str, flows: dict[str, Any]) -> None:
     """Print parts 2 and 3: each round and the medians."""
     chain = flows["chain"]
     for i, r in enumerate(chain):
