@@ -145,6 +145,9 @@ class Client:
                 wait: float | bool | None = None, **fields: Any) -> dict[str, Any]:
         """Enqueue one job (``priority``, ``max_retries``, ``run_at``, ``idempotency_key``...).
 
+        ``depends_on=[ids]`` and ``on_parent_failure="cancel"|"run"`` make it a workflow's
+        step: ``blocked`` until its parents finish (docs/workflows.md).
+
         ``wait=S``: then wait up to S seconds for it to finish (``True``: as long as it
         takes) and return the finished job; ``JobWaitTimeout`` (with the job) after S.
         """
@@ -157,7 +160,10 @@ class Client:
         return self.wait(job["id"], timeout=None if wait is True else float(wait))
 
     def enqueue_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Enqueue a batch (each item a ``POST /jobs`` body), all or nothing; jobs in order."""
+        """Enqueue a batch (each item a ``POST /jobs`` body), all or nothing; jobs in order.
+
+        An item's ``depends_on`` may name an earlier item as ``{"item": N}`` (its index).
+        """
         return list(self._request("POST", "jobs/batch", {"jobs": list(items)})["jobs"])
 
     # -- workers -----------------------------------------------------------------------------

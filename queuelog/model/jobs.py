@@ -14,6 +14,7 @@ from queuelog.model import jsontext
 class Status(str, enum.Enum):
     """Where a job is in its life."""
 
+    BLOCKED = "blocked"     # waiting for the jobs it depends on (never claimed)
     PENDING = "pending"
     RUNNING = "running"
     COMPLETED = "completed"
@@ -73,7 +74,7 @@ TRANSITIONS: dict[str, tuple[Status, ...]] = {
     "heartbeat": (Status.RUNNING,),
     "complete": (Status.RUNNING,),
     "fail": (Status.RUNNING,),
-    "cancel": (Status.PENDING, Status.RUNNING),
+    "cancel": (Status.BLOCKED, Status.PENDING, Status.RUNNING),
     "retry": (Status.FAILED, Status.CANCELLED),
 }
 FINISHED = (Status.COMPLETED, Status.FAILED, Status.CANCELLED)
@@ -194,13 +195,19 @@ class Job:
     schedule: str | None = None        # the schedule that made it (SCHEDULES), else None
     scheduled_for: int | None = None   # that schedule's tick (a run now: the run's time)
     progress: Any = None               # the last progress a heartbeat reported (an object)
+    depends_on: tuple[int, ...] = ()   # its parents' ids, in the order given (Workflows)
+    on_parent_failure: str = "cancel"  # "cancel" or "run": what a parent's failure does
+    cancelled_by_parent: int | None = None  # the parent whose failure cancelled it
+    parents: tuple[dict[str, Any], ...] | None = None  # on a claimed job: its parents
+    dependents: tuple[int, ...] | None = None  # on GET /jobs/{id}: who depends on it
+    dependents_truncated: bool = False
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
         """Build from a ``jobs`` row with a named attribute per column (a SQLAlchemy
         ``Row``, the store's named tuples), JSON columns decoded (no mapping made per row:
         a batch of 100 spent a twentieth of its time making them)."""
-        result, progress = row.result, row.progress
+        result, progress, depends_on = row.result, row.progress, row.depends_on
         loads = jsontext.loads
         # Every field set at once, as one dict display: a frozen dataclass's __init__ sets
         # them one by one through object.__setattr__, and dict(**fields) a third slower
@@ -218,12 +225,21 @@ class Job:
             "created_at": row.created_at, "updated_at": row.updated_at,
             "finished_at": row.finished_at, "attempts": None, "schedule": row.schedule,
             "scheduled_for": row.scheduled_for,
-            "progress": None if progress is None else loads(progress)})
+            "progress": None if progress is None else loads(progress),
+            "depends_on": () if depends_on is None else tuple(loads(depends_on)),
+            "on_parent_failure": row.on_parent_failure or "cancel",
+            "cancelled_by_parent": row.cancelled_by_parent, "parents": None,
+            "dependents": None, "dependents_truncated": False})
         return job
 
     def with_attempts(self, attempts: tuple[Attempt, ...]) -> "Job":
         """Return a copy carrying its attempt history."""
         return dataclasses.replace(self, attempts=attempts)
+
+    def without_history(self) -> "Job":
+        """Return a copy without what only ``GET /jobs/{id}`` shows (attempts, dependents)."""
+        return dataclasses.replace(self, attempts=None, dependents=None,
+                                   dependents_truncated=False)
 
     def to_dict(self, *, show_error: bool, show_key: bool) -> dict[str, Any]:
         """Serialize to the contract's JSON shape, hiding what the reader may not see."""
@@ -239,8 +255,16 @@ class Job:
             "created_at": isoformat(self.created_at), "updated_at": isoformat(self.updated_at),
             "finished_at": isoformat(self.finished_at),
             "schedule": self.schedule, "scheduled_for": isoformat(self.scheduled_for),
-            "progress": self.progress,
+            "progress": self.progress, "depends_on": list(self.depends_on),
+            "on_parent_failure": self.on_parent_failure,
+            "cancelled_by_parent": self.cancelled_by_parent,
         }
+        if self.parents is not None:
+            out["parents"] = list(self.parents)
+        if self.dependents is not None:
+            out["dependents"] = list(self.dependents)
+            if self.dependents_truncated:
+                out["dependents_truncated"] = True
         if show_error:
             out["error"] = self.error
         if self.attempts is not None:

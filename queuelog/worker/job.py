@@ -65,6 +65,7 @@ class JobRun:
         self.cancelled = False  # the 409 that ended it said "cancelled"
         self.done = threading.Event()
         self.progress: progress.ProgressFile | None = None
+        self.parents_path: str | None = None  # QUEUELOG_JOB_PARENTS_FILE, when it has parents
         self.started = clock.monotonic()
         self.sent_at: float | None = None  # when an answer with ``next`` was sent
         self.logged = False  # its line written already (an answer out waiting for a job)
@@ -77,8 +78,9 @@ class JobRun:
         """
         try:
             self.progress = progress.ProgressFile(self.job.id, log=self.log)
+            self.parents_path = self._write_parents(self.progress)
             proc = JobProcess(self.settings.command, self.job.payload, self.child_env())
-        except OSError as exc:  # deleted or made unexecutable since the runner started
+        except OSError as exc:  # the command gone or unexecutable since the start; a full disk
             self._remove_progress()
             release()
             self._fail("failed", f"cannot run {self.settings.command[0]}: {exc}")
@@ -98,6 +100,13 @@ class JobRun:
             release()
         return nxt
 
+    def _write_parents(self, folder: progress.ProgressFile) -> str | None:
+        """The claimed job's ``parents`` as a JSON file in its folder; None without parents."""
+        parents = self.job.raw.get("parents")
+        if not parents:
+            return None
+        return folder.write("parents.json", parents)
+
     def _remove_progress(self) -> None:
         if self.progress is not None:
             self.progress.remove()
@@ -114,6 +123,8 @@ class JobRun:
                "QUEUELOG_JOB_PRIORITY": "" if j.priority is None else str(j.priority)}
         if self.progress is not None:
             env[progress.ENV] = self.progress.path
+        if self.parents_path is not None:
+            env[progress.PARENTS_ENV] = self.parents_path
         return env
 
     def _report(self, ended: str, code: int, proc: JobProcess,

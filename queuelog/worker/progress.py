@@ -1,7 +1,8 @@
 """A job's progress: a file the command writes, the runner sends with a heartbeat.
 
 Each command gets ``QUEUELOG_PROGRESS_FILE``, a path in a private directory (mode 0700) made
-for its job and removed when the job ends. The command writes a JSON object there whenever it
+for its job and removed when the job ends; the job's other files (``QUEUELOG_JOB_PARENTS_FILE``,
+its parents as JSON) go there too, and with it. The command writes a JSON object there whenever it
 likes (``echo '{"percent": 40}' > "$QUEUELOG_PROGRESS_FILE"``), in any language and without
 HTTP; the runner looks at the file's size and modification time twice a second, which costs
 one ``stat``, and reads it only when they changed. A file that is not a JSON object, or over
@@ -16,6 +17,7 @@ import tempfile
 from typing import Any, Callable
 
 ENV = "QUEUELOG_PROGRESS_FILE"
+PARENTS_ENV = "QUEUELOG_JOB_PARENTS_FILE"
 MAX_BYTES = 1024        # the server's limit, as compact UTF-8 JSON
 READ_LIMIT = 64 * 1024  # a file larger than this is not read at all
 LOOK_SECONDS = 0.5      # how often the runner looks at the file while the command runs
@@ -57,6 +59,14 @@ class ProgressFile:
             return self._skip(why)
         self._bad = version
         return None
+
+    def write(self, name: str, value: Any) -> str:
+        """Write ``value`` as JSON into the job's folder (removed with it); the file's path."""
+        path = os.path.join(self.folder, name)
+        # "x": a name already there is a bug here, never a file to overwrite.
+        with open(path, "x", encoding="utf-8") as fh:
+            json.dump(value, fh, ensure_ascii=False)
+        return path
 
     def remove(self) -> None:
         """Remove the file and its folder (the job has ended)."""

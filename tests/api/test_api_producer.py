@@ -11,7 +11,8 @@ ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")
 JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_count",
               "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
               "lease_expires_at", "result", "created_at", "updated_at", "finished_at", "schedule",
-              "scheduled_for", "progress"]
+              "scheduled_for", "progress", "depends_on", "on_parent_failure",
+              "cancelled_by_parent"]
 
 
 @pytest.fixture

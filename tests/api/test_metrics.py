@@ -54,7 +54,8 @@ def test_job_gauges_count_every_status_and_type_zeros_included(client, producer,
     assert value(got, "queuelog_jobs", status="pending", type="email") == 2
     assert value(got, "queuelog_jobs", status="completed", type="pdf") == 1
     zeros = [k for k in got if k[0] == "queuelog_jobs"]
-    assert len(zeros) == 5 * 3  # every status of every configured type is a series
+    assert len(zeros) == 6 * 3  # every status of every configured type is a series
+    assert value(got, "queuelog_jobs", status="blocked", type="sync") == 0
     for job_type in ("email", "pdf", "sync"):
         for name in ("queuelog_oldest_pending_seconds", "queuelog_expired_leases",
                      "queuelog_type_paused"):

@@ -121,6 +121,10 @@ def _stateful_key(case: Any) -> bool:
     # "one key (or one job id) once per batch": JSON Schema has no uniqueness by property.
     body = case.body if isinstance(case.body, dict) else {}
     path = case.operation.path
+    # So is a parent in depends_on: whether that job exists and the caller may read it.
+    items = body.get("jobs") if isinstance(body.get("jobs"), list) else [body]
+    if any(isinstance(i, dict) and i.get("depends_on") for i in items):
+        return True
     if path == "/jobs":
         return body.get("idempotency_key") is not None or "Idempotency-Key" in (
             case.headers or {})

@@ -390,9 +390,9 @@ _REVIEWED = {("sqlite.py", "text(sql.EACH_TYPE.format(walk=walk) if kind == 'man
                              "columns=', '.join(columns), picks=picks, "
                              "returning=' RETURNING ' + ', '.join(back) if back else ''))"),
              ("sqlite.py", "text(sql.COMPLETE.format(returning='*'))"),
-             ("sqlite.py", "text(sql.COMPLETE.format(returning=DONE_TIMED))"),
-             ("postgres.py", "text(sql.COMPLETE.format(returning='done.*'))"),
-             ("postgres.py", "text(sql.COMPLETE.format(returning=DONE_TIMED))")}
+             ("sqlite.py", "text(sql.COMPLETE.format(returning=DONE_COLUMNS))"),
+             ("postgres.py", "text(sql.COMPLETE.format(returning='done.*' if full else "
+                             "DONE_COLUMNS, guard=sql.PLAIN if plain else ''))")}
 
 
 def _trusted(arg: ast.expr) -> bool:

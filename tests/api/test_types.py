@@ -39,7 +39,7 @@ def test_types_lists_every_configured_type(client: Any, store: Store, clock: Any
     assert set(email) >= {"name", "paused", "counts", "oldest_pending_seconds",
                           "completed_last_hour", "failed_last_hour"}
     assert email["paused"] is False
-    assert email["counts"] == {"pending": 2, "running": 0, "completed": 1, "failed": 0,
+    assert email["counts"] == {"blocked": 0, "pending": 2, "running": 0, "completed": 1, "failed": 0,
                                "cancelled": 0}
     assert email["oldest_pending_seconds"] == pytest.approx(42.0)
     assert (email["completed_last_hour"], email["failed_last_hour"]) == (1, 0)

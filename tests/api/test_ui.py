@@ -10,16 +10,17 @@ from urllib.parse import quote
 import pytest
 from werkzeug.security import generate_password_hash
 
-from helpers import add
+from helpers import SQLITE_ONLY, add
+from queuelog.server.requests.bodies import DASHBOARD_STATUSES
 from queuelog.server.ui import helpers, queue
 from queuelog.server.ui.filters import PAGE_SIZE
 from queuelog.server.ui.charts import minute_chart, nice_ceiling
 from queuelog.model.jobs import Status
-from queuelog.server.store import Store
+from queuelog.server.store import NewJob, Store
 
 MARKER = "ERRMARK-7f3a"
 SCRIPT = '<script>alert("x")</script>'
-ALL_STATUSES = ["pending", "scheduled", "running", "completed", "failed", "cancelled"]
+ALL_STATUSES = ["blocked", "pending", "scheduled", "running", "completed", "failed", "cancelled"]
 
 
 def run(store: Store, outcome: str, error: str = MARKER, retry: bool = False) -> int:
@@ -30,6 +31,14 @@ def run(store: Store, outcome: str, error: str = MARKER, retry: bool = False) ->
         store.complete(job.id, "mailer-1", job.attempt, json.dumps({"ok": SCRIPT}))
     elif outcome == "failed":
         store.fail(job.id, "mailer-1", job.attempt, error, retry=retry)
+    return job.id
+
+
+def child(store: Store, *parents: int, how: str = "cancel", type: str = "email") -> int:
+    """A job that depends on ``parents`` (on_parent_failure ``how``); return its id."""
+    job, created = store.enqueue(NewJob("billing", type, "{}", 0, 3, depends_on=parents,
+                                        on_parent_failure=how))
+    assert created
     return job.id
 
 
@@ -49,6 +58,7 @@ def seeded(store: Store, clock: Any) -> dict[str, int]:
     store.cancel(ids["cancelled"])
     ids["scheduled"] = add(store, delay=3600)
     ids["pending"] = add(store, priority=20)
+    ids["blocked"] = child(store, ids["pending"])  # waits for it
     clock.advance(10)  # past the retry's backoff: only the delayed job is scheduled
     return ids
 
@@ -169,7 +179,7 @@ def test_retry_needs_a_valid_csrf_token(client: Any, store: Store, seeded: dict[
     assert f"Job #{job} is pending again" in page and "flash-ok" in page
 
 
-@pytest.mark.parametrize("state,button", [("pending", "Cancel job"),
+@pytest.mark.parametrize("state,button", [("pending", "Cancel job"), ("blocked", "Cancel job"),
                                           ("running", "Cancel running job")])
 def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],
                               admin_user: dict[str, str], viewer: dict[str, str],
@@ -189,6 +199,65 @@ def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],
     # Cancelling again changes nothing and says why.
     client.post(url, data={"csrf_token": token}, headers=admin_user)
     assert "was not changed" in client.get(f"/ui/jobs/{job}", headers=admin_user).text
+
+
+def related(job_id: int, type_: str, status: str) -> str:
+    """A parent or dependent as the job page links it: id and type, then its badge."""
+    return (f'<a href="/ui/jobs/{job_id}">#{job_id} <span class="type">{type_}</span></a> '
+            f'<span class="badge st-{status}">{status}</span>')
+
+
+def test_the_job_page_links_parents_and_dependents(client: Any, store: Store,
+                                                   viewer: dict[str, str]) -> None:
+    """Both ways, each with its type and status: a workflow is found from any of its jobs."""
+    done = add(store)
+    run(store, "completed")
+    waiting = add(store, "pdf")
+    last = child(store, waiting, done, how="run", type="sync")
+    after = child(store, last)
+    page = client.get(f"/ui/jobs/{last}", headers=viewer).text
+    flow = page[page.index('class="card workflow"'):]
+    flow = flow[:flow.index("</section>")]
+    assert related(waiting, "pdf", "pending") in flow and related(done, "email", "completed") in flow
+    assert flow.index(f"#{waiting} ") < flow.index(f"#{done} ")  # depends_on order
+    assert "waiting for 1 of 2" in flow and "on_parent_failure: run" in flow
+    assert related(after, "email", "blocked") in flow
+    assert related(last, "sync", "blocked") in client.get(f"/ui/jobs/{done}", headers=viewer).text
+    assert related(last, "sync", "blocked") in client.get(f"/ui/jobs/{after}",
+                                                          headers=viewer).text
+    assert "on_parent_failure: cancel" in client.get(f"/ui/jobs/{after}", headers=viewer).text
+    alone = client.get(f"/ui/jobs/{add(store)}", headers=viewer).text
+    assert 'class="card workflow"' not in alone
+
+
+def test_a_job_cancelled_by_its_parent_says_which(client: Any, store: Store,
+                                                  admin_user: dict[str, str]) -> None:
+    failing = add(store)
+    by_failure = child(store, failing)
+    run(store, "failed")
+    stopped = add(store)
+    by_cancel = child(store, stopped)
+    store.cancel(stopped)
+    for kid, parent, why in ((by_failure, failing, "failed"),
+                             (by_cancel, stopped, "was cancelled")):
+        assert store.get(kid).cancelled_by_parent == parent
+        page = client.get(f"/ui/jobs/{kid}", headers=admin_user).text
+        assert (f'Cancelled because job <a class="inline" href="/ui/jobs/{parent}">#{parent}'
+                f'</a> {why}.') in page
+        assert related(parent, "email", why.split()[-1]) in page
+    assert "Cancelled because" not in client.get(f"/ui/jobs/{stopped}", headers=admin_user).text
+
+
+def test_a_hundred_dependents_are_shown_then_more_is_said(client: Any, store: Store,
+                                                          viewer: dict[str, str]) -> None:
+    parent = add(store)
+    store.enqueue_many([NewJob("billing", "email", "{}", 0, 3, depends_on=(parent,))
+                        for _ in range(101)])
+    page = client.get(f"/ui/jobs/{parent}", headers=viewer).text
+    assert len(re.findall(r'<li><a href="/ui/jobs/\d+">', page)) == 100
+    assert "Dependents: 100 shown, more exist." in page
+    assert "Dependents: 100 shown" not in client.get(f"/ui/jobs/{parent + 1}",
+                                                     headers=viewer).text
 
 
 def test_the_job_page_shows_progress(client: Any, store: Store, seeded: dict[str, int],
@@ -237,6 +306,14 @@ def test_pages_have_no_inline_script_or_style(client: Any, seeded: dict[str, int
         html = client.get(page, headers=admin_user).text
         assert not re.search(r"<script(?![^>]*\bsrc=)", html), page
         assert not re.search(r"\sstyle=|<style|\son[a-z]+=", html), page
+
+
+@SQLITE_ONLY  # a stylesheet: no database in it
+def test_every_status_has_its_badge_and_count_colours(client: Any) -> None:
+    css = client.get("/static/ui.css").text
+    for status in DASHBOARD_STATUSES:
+        assert re.search(rf"\.st-{status}\b[^{{]*\{{ color: #\w+; background:", css), status
+        assert f".count.st-{status} .dot {{ color:" in css, status
 
 
 def test_static_assets_need_no_credentials(client: Any) -> None:
@@ -307,13 +384,21 @@ def test_counts_show_every_status_and_stop_at_the_cap(client: Any, store: Store,
                                                       seeded: dict[str, int],
                                                       viewer: dict[str, str]) -> None:
     counts = store.count_by_status(100)
-    assert counts == {"pending": 3, "scheduled": 1, "running": 1, "completed": 1,
-                      "failed": 1, "cancelled": 1}
+    assert counts == {"blocked": 1, "pending": 3, "scheduled": 1, "running": 1,
+                      "completed": 1, "failed": 1, "cancelled": 1}
     assert store.count_by_status(2)["pending"] == 3  # cap + 1 means "more than cap"
     client.application.config["COUNT_CAP"] = 2
     html = client.get("/ui/", headers=viewer).text
     assert re.search(r"pending</span>\s*<strong>2\+</strong>", html)
     assert re.search(r"scheduled</span>\s*<strong>1</strong>", html)
+    assert re.search(r'st-blocked"\s*href="/ui/\?status=blocked">\s*<span class="dot" '
+                     r'aria-hidden="true"></span><span class="label">blocked</span>\s*'
+                     r'<strong>1</strong>', html)
+    listed_blocked = client.get("/ui/?status=blocked", headers=viewer).text
+    assert '<option value="blocked" selected>' in listed_blocked
+    assert re.findall(r'<td><a href="/ui/jobs/(\d+)">', listed_blocked) == [
+        str(seeded["blocked"])]
+    assert '<span class="badge st-blocked">blocked</span>' in listed_blocked
 
 
 def test_the_jobs_page_names_its_parts_for_screen_readers_and_keyboards(
@@ -446,6 +531,8 @@ def test_types_page(client: Any, store: Store, seeded: dict[str, int], viewer: d
     assert "<form" not in page.text and MARKER not in page.text
     page = client.get("/ui/types", headers=admin_user).text
     assert "Pause email" in page and "Resume" not in page
+    assert "<th class=\"num\">Blocked</th>" in page
+    assert 'href="/ui/?type=email&amp;status=blocked">1</a>' in page  # seeded["blocked"]
 
 
 def test_pause_and_resume_from_the_types_page(client: Any, store: Store,
@@ -518,10 +605,12 @@ def test_retry_all_through_a_confirmation_page(client: Any, store: Store, clock:
                                                       headers=admin_user).text
 
 
-def test_cancel_all_pending(client: Any, store: Store, admin_user: dict[str, str]) -> None:
+def test_cancel_all_pending_then_all_blocked(client: Any, store: Store,
+                                            admin_user: dict[str, str]) -> None:
     held = add(store)
     run(store, "running")
     pending = [add(store, priority=10) for _ in range(2)] + [add(store)]
+    blocked = [child(store, held) for _ in range(2)]  # the running job's: no cascade here
     assert "Cancel all 2" in client.get("/ui/?status=pending&priority=medium",
                                         headers=admin_user).text
     confirm = client.get("/ui/bulk/cancel?status=pending&priority=medium", headers=admin_user)
@@ -530,6 +619,17 @@ def test_cancel_all_pending(client: Any, store: Store, admin_user: dict[str, str
     client.post("/ui/bulk/cancel", data={"status": "pending", "priority": "medium",
                                          "csrf_token": token}, headers=admin_user)
     assert [store.get(i).status.value for i in pending] == ["cancelled"] * 2 + ["pending"]
+    # A list of pending jobs cancels only those: the blocked ones were not on it.
+    assert {store.get(i).status for i in blocked} == {Status.BLOCKED}
+    assert "Cancel all 2" in client.get("/ui/?status=blocked", headers=admin_user).text
+    confirm = client.get("/ui/bulk/cancel?status=blocked", headers=admin_user).text
+    assert "Cancel 2 jobs?" in confirm and "Every <strong>blocked</strong> job:" in confirm
+    resp = client.post("/ui/bulk/cancel", data={"status": "blocked", "csrf_token": token},
+                       headers=admin_user)
+    assert "2 blocked job(s) are cancelled." in client.get(resp.headers["Location"],
+                                                           headers=admin_user).text
+    assert {store.get(i).status for i in blocked} == {Status.CANCELLED}
+    assert store.get(pending[2]).status is Status.PENDING
     assert store.get(held).status is Status.RUNNING
 
 

@@ -105,6 +105,12 @@ def seed(store: Store, clock: SteppedClock) -> dict[str, list[int]]:
         store.cancel(job_id)
         ids["cancelled"].append(job_id)
     ids["pending"] = [enqueue(delay=1800) for _ in range(2)] + [enqueue() for _ in range(6)]
+    # A workflow: a job waiting for a completed and a running parent, and three of its
+    # own dependents (five links: more than a phone's line); its page is in every walk.
+    waits, _ = store.enqueue(NewJob("reports", "pdf", "{}", 0, 3, depends_on=(
+        ids["completed"][-1], ids["running"][0]), on_parent_failure="run"))
+    ids["blocked"] = [waits.id] + [store.enqueue(NewJob(
+        "reports", t, "{}", 0, 3, depends_on=(waits.id,)))[0].id for t in TYPES]
     return ids
 
 
@@ -366,7 +372,8 @@ def every_page(live: Live, page: Any) -> list[str]:
     nav = page.eval_on_selector_all("nav.pages a", "links => links.map(a => a.pathname)")
     assert "/ui/types" in nav  # the walk covers the header's pages, not a list kept here
     return nav + ["/ui/?status=failed&type=pdf", f"/ui/jobs/{live.ids['failed'][0]}",
-                  f"/ui/jobs/{live.ids['running'][0]}", "/ui/bulk/retry?status=failed",
+                  f"/ui/jobs/{live.ids['running'][0]}", f"/ui/jobs/{live.ids['blocked'][0]}",
+                  "/ui/bulk/retry?status=failed",
                   "/ui/jobs/999999", "/ui/?bogus=1"]
 
 
@@ -439,6 +446,37 @@ def test_every_page_fits_the_screen_and_passes_axe(live: Live, browser: Any, siz
         pytest.skip(f"the layout holds; axe-core needs {AXE} (cd tests/e2e && npm ci; "
                     ".ci/run does it)")
     assert found == {}
+
+
+@pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop"])
+def test_the_job_page_links_its_workflow_both_ways_on_screen(live: Live, browser: Any,
+                                                              size: dict[str, int]) -> None:
+    """A job's parents and dependents are links whose text is seen whole, not clipped at
+    the card's or the screen's edge; following one leads to a page that links back."""
+    job = live.store.get(live.ids["blocked"][0])
+    family = [*job.depends_on, *(job.dependents or ())]
+    assert len(family) == 5
+    expected = [f"#{i} {live.store.get(i).type}" for i in family]
+    context = browser.new_context(http_credentials=VIEWER, viewport=size)
+    try:
+        page = context.new_page()
+        page.goto(f"{live.base}/ui/jobs/{job.id}")
+        links = page.locator(".workflow .relatives a")
+        assert links.all_inner_texts() == expected
+        for n in range(links.count()):
+            assert links.nth(n).is_visible()
+            box = links.nth(n).bounding_box()
+            assert box and box["x"] >= 0 and box["x"] + box["width"] <= size["width"], box
+        card = page.evaluate("""() => { const c = document.querySelector('.workflow');
+            return {scroll: c.scrollWidth, client: c.clientWidth,
+                    page: document.documentElement.scrollWidth}; }""")
+        assert card["scroll"] <= card["client"] and card["page"] <= size["width"], card
+        links.last.click()  # the dependent, whose page names this job among its parents
+        page.wait_for_url(re.compile(rf"/ui/jobs/{family[-1]}$"))
+        assert page.locator(".workflow .relatives a").all_inner_texts() == [
+            f"#{job.id} {job.type}"]
+    finally:
+        context.close()
 
 
 def test_types_pause_buttons_are_on_screen_at_phone_width(live: Live, browser: Any) -> None:

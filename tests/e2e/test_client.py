@@ -318,6 +318,25 @@ def test_batches_enqueue_claim_complete_and_fail(connect, producer, worker):
     assert failed[-1]["type"].endswith("wrong-state")
 
 
+def test_a_workflow_through_the_client(connect, producer, worker):
+    """``enqueue`` and ``enqueue_many`` items take ``depends_on`` (a batch's also
+    ``{"item": N}``) and ``on_parent_failure``; a claimed job carries its ``parents``."""
+    p, w = connect(producer), connect(worker)
+    ok, bad, fan_in = p.enqueue_many([
+        {"type": "email", "payload": {"size": 1}}, {"type": "email", "payload": {"size": 2}},
+        {"type": "pdf", "depends_on": [{"item": 0}, {"item": 1}], "on_parent_failure": "run"}])
+    after_bad = p.enqueue("pdf", {}, depends_on=[bad["id"]], on_parent_failure="run")
+    assert fan_in["depends_on"] == [ok["id"], bad["id"]]
+    assert fan_in["status"] == after_bad["status"] == "blocked"
+    w.complete(w.claim(["email"]), {"url": "1.png"})
+    w.fail(w.claim(["email"]), "no space", retry=False)
+    claimed = {j["id"]: j for j in w.claim(["pdf"], max_jobs=3)}  # both run: "run" was sent
+    assert sorted(claimed) == [fan_in["id"], after_bad["id"]]
+    assert claimed[fan_in["id"]]["parents"] == [
+        {"id": ok["id"], "type": "email", "status": "completed", "result": {"url": "1.png"}},
+        {"id": bad["id"], "type": "email", "status": "failed", "result": None}]
+
+
 # -- one method per API call: repair, operating, service -------------------------------------
 
 def test_cancel_and_retry_one_job(connect, producer, admin):

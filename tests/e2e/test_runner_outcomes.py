@@ -127,3 +127,35 @@ echo '{{"pages": 12}}'
     assert w.log().count("progress skipped") == 1  # the bad write: one line, job unharmed
     folder = os.path.dirname((marks / "path").read_text().strip())
     assert folder and not os.path.exists(folder)  # removed with its job
+
+
+def test_a_command_reads_its_parents_from_a_private_file_removed_after(live, work, jtype,
+                                                                        tmp_path):
+    """``QUEUELOG_JOB_PARENTS_FILE`` holds the claimed job's ``parents`` as JSON, in the
+    job's 0700 folder, gone once the command ended; a job without parents has no such
+    variable."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    handler = script(tmp_path, "fan-in.sh", f"""case "$(cat)" in
+  *fail*) exit 3 ;;
+  *child*) echo "$QUEUELOG_JOB_PARENTS_FILE" > {marks}/path
+    stat -c %a "${{QUEUELOG_JOB_PARENTS_FILE%/*}}" > {marks}/mode
+    printf '{{"parents": %s}}\\n' "$(cat "$QUEUELOG_JOB_PARENTS_FILE")" ;;
+  *) printf '{{"size": "small", "file": "%s"}}\\n' "${{QUEUELOG_JOB_PARENTS_FILE-none}}" ;;
+esac
+""")
+    ok = live.producer.enqueue(jtype, {})
+    bad = live.producer.enqueue(jtype, {"fail": 1}, max_retries=0)
+    child = live.producer.enqueue(jtype, {"child": 1}, depends_on=[bad["id"], ok["id"]],
+                                  on_parent_failure="run")
+    assert child["status"] == "blocked"
+    work("--types", jtype, "--", handler)
+    done = wait_for(lambda: finished(live, child["id"]), what="the fan-in job")
+    assert live.admin.get(ok["id"])["result"] == {"size": "small", "file": "none"}
+    assert done["status"] == "completed" and done["result"] == {"parents": [
+        {"id": bad["id"], "type": jtype, "status": "failed", "result": None},
+        {"id": ok["id"], "type": jtype, "status": "completed",
+         "result": {"size": "small", "file": "none"}}]}
+    assert (marks / "mode").read_text().strip() == "700"
+    path = (marks / "path").read_text().strip()
+    assert path and not os.path.exists(path) and not os.path.exists(os.path.dirname(path))

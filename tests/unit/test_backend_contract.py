@@ -2,6 +2,7 @@
 StorageTests). A verb added to the Store without a case here fails the first test."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import pytest
@@ -225,6 +226,18 @@ def _list_jobs(store: Store, clock: Any) -> None:
         add(store)
     page = store.list_jobs(limit=2)
     assert [j.id for j in page.jobs] == [3, 2] and page.older == 2
+
+
+@case("statuses")
+def _statuses(store: Store, clock: Any) -> None:
+    held = _held(store, type="pdf")[0]
+    child, _ = store.enqueue(dataclasses.replace(_new(), depends_on=(held.id,)))
+    theirs = add_job(store, producer="shop").id
+    assert store.statuses([child.id, held.id, theirs, 999, held.id]) == {
+        held.id: ("pdf", Status.RUNNING), child.id: ("email", Status.BLOCKED),
+        theirs: ("email", Status.PENDING)}  # 999: no such job, left out
+    assert set(store.statuses([held.id, theirs], Scope(producer="billing"))) == {held.id}
+    assert store.statuses([]) == {}
 
 
 @case("ping")

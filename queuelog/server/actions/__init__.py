@@ -25,19 +25,20 @@ from queuelog.server.actions.jobs import (bulk_cancel, bulk_retry, cancel, count
                                           run_now)
 from queuelog.server.actions.operations import (api_document, backup, schema_revision, scrape,
                                                 upgrade_deferred, upgrade_schema)
-from queuelog.server.actions.reads import (Overview, count_matching, dashboard, dashboard_job,
-                                           dashboard_jobs, get_job, list_jobs, now, overview,
-                                           health, sees_errors, sees_key, visible)
+from queuelog.server.actions.reads import (Overview, Relative, Workflow, count_matching,
+                                           dashboard, dashboard_job, dashboard_jobs,
+                                           dashboard_workflow, get_job, list_jobs, now,
+                                           overview, health, sees_errors, sees_key, visible)
 from queuelog.server.actions.schedules import (run_schedule, schedule_states,
                                                schedule_tick, set_schedule_paused)
 from queuelog.server.actions.work import (Finished, NextClaim, claim, complete,
                                           complete_many, fail, fail_many, heartbeat)
 
 __all__ = [
-    "CLI", "SYSTEM", "Finished", "NextClaim", "Overview", "api_document", "audit_events", "backup", "bulk_cancel",
+    "CLI", "SYSTEM", "Finished", "NextClaim", "Overview", "Relative", "Workflow", "api_document", "audit_events", "backup", "bulk_cancel",
     "bulk_retry", "cancel", "claim", "complete", "complete_many", "count_matching",
     "count_purgeable", "create_key", "create_user", "dashboard", "dashboard_job",
-    "dashboard_jobs", "delete_user", "enqueue", "enqueue_many", "fail", "fail_many", "gate",
+    "dashboard_jobs", "dashboard_workflow", "delete_user", "enqueue", "enqueue_many", "fail", "fail_many", "gate",
     "get_job", "heartbeat", "job_timings", "job_types", "list_jobs", "list_keys", "list_users", "now",
     "overview", "health", "purge", "purge_audit", "request_hash", "reset_limits", "retry",
     "revoke_key", "roles_of", "run_now", "run_schedule", "schema_revision", "schedule_states",

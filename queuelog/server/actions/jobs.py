@@ -14,7 +14,7 @@ from queuelog.server import metrics
 from queuelog.server.actions.gate import SYSTEM, gate, scope_of
 from queuelog.server.auth import Principal
 from queuelog.server.db import get_store
-from queuelog.server.store import NewJob
+from queuelog.server.store import Item, NewJob
 
 Refusals = list[dict[str, str]]
 
@@ -66,7 +66,10 @@ def _limits(who: Principal, new: NewJob, prefix: str) -> Refusals:
 
 
 def _own(who: Principal, new: NewJob) -> NewJob:
-    """``new`` as ``who``'s job, with the hash its idempotency key is checked against."""
+    """``new`` as ``who``'s job, with the hash its idempotency key is checked against, and
+    (with parents) the jobs ``who`` may name as parents: those it may read."""
+    if new.depends_on:
+        new = dataclasses.replace(new, parents_scope=scope_of(who))
     if new.idempotency_key is None and new.producer == who.name and new.request_hash is None:
         return new  # already so (the API's parse names the producer): no copy per job
     digest = None if new.idempotency_key is None else request_hash(new)
@@ -78,11 +81,14 @@ def request_hash(new: NewJob) -> str:
     # The stored payload is compact JSON in the client's key order: parsed again so the
     # hash is sorted, as every hash stored so far was.
     delay = new.delay_seconds
-    return hashlib.sha256(json.dumps(
-        # delay_seconds omitted, 0 and 0.0 all mean "now"; 5 and 5.0 are one number.
-        [new.type, json.loads(new.payload_json), new.priority, new.max_retries, new.run_at,
-         float(delay) if delay else None],
-        sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    fields = [new.type, json.loads(new.payload_json), new.priority, new.max_retries,
+              new.run_at, float(delay) if delay else None]  # 0, 0.0, omitted: "now"
+    if new.depends_on or new.on_parent_failure not in (None, "cancel"):
+        # Workflows' fields, only when given: every hash stored before them stays equal.
+        fields += [[{"item": p.n} if isinstance(p, Item) else p for p in new.depends_on],
+                   new.on_parent_failure or "cancel"]
+    return hashlib.sha256(json.dumps(fields, sort_keys=True,
+                                     separators=(",", ":")).encode()).hexdigest()
 
 
 @gate("admin")
@@ -114,11 +120,14 @@ def bulk_retry(who: Principal, *, ids: Sequence[int] | None = None,
 
 
 @gate("producer", "admin")
-def bulk_cancel(who: Principal, *, ids: Sequence[int] | None = None, type: str | None = None,
+def bulk_cancel(who: Principal, *, ids: Sequence[int] | None = None,
+                statuses: Sequence[Status] | None = None, type: str | None = None,
                 priority: int | None = None) -> int:
-    """Cancel every pending job matching: a producer only its own; admins are audited."""
+    """Cancel every pending and blocked job matching (``statuses``: only those): a producer
+    only its own; admins are audited."""
     return get_store().bulk_cancel(who.name if who.is_admin else None, ids=ids,
-                                   scope=scope_of(who), type=type, priority=priority)
+                                   statuses=statuses, scope=scope_of(who), type=type,
+                                   priority=priority)
 
 
 @gate(SYSTEM)

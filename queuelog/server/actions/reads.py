@@ -112,6 +112,41 @@ def dashboard_job(who: Principal, job_id: int) -> Job:
     return visible(get_store().get(job_id, scope_of(who)), who)
 
 
+@dataclasses.dataclass(frozen=True)
+class Relative:
+    """A parent or dependent as a job page links it; no type nor status: purged since."""
+
+    id: int
+    type: str | None
+    status: Status | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Workflow:
+    """A job's parents (in ``depends_on`` order) and dependents, each with its status."""
+
+    parents: list[Relative]
+    dependents: list[Relative]
+
+    @property
+    def waiting(self) -> int:
+        """How many parents have not finished yet (a purged parent had)."""
+        return sum(p.status is not None and p.status not in FINISHED for p in self.parents)
+
+
+@gate(*PEOPLE)
+def dashboard_workflow(who: Principal, job: Job) -> Workflow:
+    """Viewer, admin: the type and status of ``job``'s parents and dependents, in one read
+    (none for a job outside any workflow)."""
+    dependents = job.dependents or ()
+    found = get_store().statuses([*job.depends_on, *dependents], scope_of(who))
+
+    def relative(job_id: int) -> Relative:
+        type_, status = found.get(job_id, (None, None))
+        return Relative(job_id, type_, status)
+    return Workflow([relative(i) for i in job.depends_on], [relative(i) for i in dependents])
+
+
 @gate(*PEOPLE)
 def dashboard_jobs(who: Principal, *, q: str | None = None, **filters: Any) -> Page:
     """The dashboard's page of jobs; ``q`` finds a job by id, or by idempotency key.

@@ -9,7 +9,7 @@ from queuelog.server import actions
 from queuelog.server.auth import Principal, current_user, require
 from queuelog.model.problems import ValidationFailed
 from queuelog.model.jobs import Priority
-from queuelog.server.store import NewJob
+from queuelog.server.store import Item, NewJob
 from queuelog.server.requests.bodies import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
 from queuelog.server.requests.check import FieldErrors, body, declared, field_errors, given
 from queuelog.server.requests.parse import compact, idempotency_header, timestamp_us
@@ -111,9 +111,30 @@ def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Fie
     run_at_us = None if run_at is None else timestamp_us(run_at)
     delay = given(data, "delay_seconds")
     key = header_key if header_key is not None else given(data, "idempotency_key")
+    parents = _parents(given(data, "depends_on", ()), prefix, errors)
+    if parents is None:
+        return None
     return NewJob(producer=who.name, type=job_type, payload_json=payload_json or "{}",
                   priority=int(priority), max_retries=max_retries, run_at=run_at_us,
-                  delay_seconds=delay, idempotency_key=key)
+                  delay_seconds=delay, idempotency_key=key, depends_on=parents,
+                  on_parent_failure=given(data, "on_parent_failure"))
+
+
+def _parents(given_: Any, prefix: str, errors: FieldErrors) -> tuple[Any, ...] | None:
+    """``depends_on`` as job ids and ``Item``s; an item must name an earlier one (else
+    None, the error said). Whether each id is a job the caller may read is the store's."""
+    index = int(prefix[5:-1]) if prefix.startswith("jobs[") else 0
+    out: list[Any] = []
+    for k, parent in enumerate(given_):
+        if isinstance(parent, dict):
+            if parent["item"] >= index:
+                errors.append({"field": f"{prefix}.depends_on[{k}]", "detail":
+                               "Must name an earlier item of this batch."})
+                return None
+            out.append(Item(parent["item"]))
+        else:
+            out.append(parent)
+    return tuple(out)
 
 
 def _header_key(errors: FieldErrors) -> str | None:

@@ -45,6 +45,9 @@ MAX_CLAIM_TYPES = 100
 MAX_BULK_IDS = 1000                # ids in one bulk request; a filter has no limit
 MAX_PAGE = 200                     # a page of GET /jobs or GET /audit
 MAX_PROGRESS_BYTES = 1024          # a heartbeat's progress, as compact JSON
+MAX_PARENTS = 100                  # a job's depends_on
+MAX_BATCH_ITEMS = 100_000          # an item index's bound (MAX_BATCH is the real one)
+PARENT_FAILURE = ("cancel", "run")
 PRIORITIES = [p.label for p in Priority]
 STATUSES = [s.value for s in Status]
 RETRY_STATUSES = (Status.FAILED.value, Status.CANCELLED.value)
@@ -54,7 +57,8 @@ AUDIT_ACTIONS = ("key.create", "key.revoke", "user.create", "user.delete", "user
                  "type.resume", "type.limits", "type.limits.reset", "jobs.purge", "audit.purge",
                  "schedule.pause", "schedule.resume", "schedule.run")
 SCHEDULED = "scheduled"            # a dashboard-only status: pending with a future run_at
-DASHBOARD_STATUSES = ["pending", SCHEDULED, "running", "completed", "failed", "cancelled"]
+DASHBOARD_STATUSES = ["blocked", "pending", SCHEDULED, "running", "completed", "failed",
+                      "cancelled"]
 PRINTABLE_ASCII = "^[ -~]*$"
 # NUL: no name holds one, and PostgreSQL refuses it in a query (a 500, not a 422).
 NO_NUL = "^[^\\u0000]*$"
@@ -134,8 +138,18 @@ def _types(config: Mapping[str, Any]) -> JSON:
     return {"type": "string", "enum": list(config["JOB_TYPES"])}
 
 
-def new_job(config: Mapping[str, Any]) -> JSON:
-    """``POST /jobs``, and each item of ``POST /jobs/batch``."""
+def _parents(in_batch: bool) -> JSON:
+    """``depends_on``: job ids; in a batch also ``{"item": N}``, an earlier item."""
+    job_id = _int(1, MAX_JOB_ID)
+    item = _obj({"item": _int(0, MAX_BATCH_ITEMS) | {
+        "description": "An earlier item of this batch (its index)."}}, ("item",))
+    return _optional({"type": "array", "minItems": 1, "maxItems": MAX_PARENTS,
+                      "items": {"anyOf": [job_id, item]} if in_batch else job_id,
+                      "description": "The jobs this one waits for (see Workflows)."})
+
+
+def new_job(config: Mapping[str, Any], in_batch: bool = False) -> JSON:
+    """``POST /jobs``, and each item of ``POST /jobs/batch`` (``in_batch``)."""
     return _obj({
         "type": _types(config),
         # Not nullable: an explicit null payload is a producer bug (contract, 422).
@@ -148,6 +162,9 @@ def new_job(config: Mapping[str, Any]) -> JSON:
                              "With a time zone. A time in the past means now."}),
         "delay_seconds": _optional(_num(0, MAX_DELAY_SECONDS)),
         "idempotency_key": _optional(dict(IDEMPOTENCY_KEY)),
+        "depends_on": _parents(in_batch),
+        "on_parent_failure": _optional({"type": "string", "enum": list(PARENT_FAILURE),
+                                        "default": "cancel"}),
     }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"], "properties": {
         # Both given (not null, which is "left out") is refused.
         "run_at": {"type": "string"}, "delay_seconds": {"type": "number"}}}})
@@ -235,7 +252,7 @@ BODIES: dict[str, Callable[[Mapping[str, Any]], JSON]] = {
                                        "next": _next(c), "worker_id": IGNORED}, ("attempt",)),
     "FailRequest": lambda c: _obj({"attempt": _attempt(), **_fail_fields(), "next": _next(c),
                                    "worker_id": IGNORED}, ("attempt",)),
-    "NewJobBatch": lambda c: _batch(new_job(c), c),
+    "NewJobBatch": lambda c: _batch(new_job(c, in_batch=True), c),
     "CompleteBatch": lambda c: _batch(_obj({**_job_ref(), "result": _result(),
                                             "worker_id": IGNORED}, ("id", "attempt")), c),
     "FailBatch": lambda c: _batch(_obj({**_job_ref(), **_fail_fields(),

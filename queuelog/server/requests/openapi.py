@@ -104,17 +104,34 @@ def _job_schemas() -> JSON:
         "scheduled_for": _ts(True) | {"description": "That schedule's tick, else null."},
         "progress": {"type": ["object", "null"], "description":
                      "The last progress a heartbeat reported, else null."},
+        "depends_on": {"type": "array", "items": _int(1, MAX_JOB_ID),
+                       "description": "The jobs this one waits for, [] when none."},
+        "on_parent_failure": {"type": "string", "enum": ["cancel", "run"]},
+        "cancelled_by_parent": {"type": ["integer", "null"], "description":
+                                "The parent whose failure cancelled it, else null."},
+        "parents": {"type": "array", "items": _ref("Parent"), "description":
+                    "On a claimed job with parents: each, in depends_on order."},
+        "dependents": {"type": "array", "items": _int(1, MAX_JOB_ID), "description":
+                       "On GET /jobs/{id}: the jobs that depend on it (at most 100)."},
+        "dependents_truncated": {"type": "boolean", "description":
+                                 "Present (true) when more than 100 depend on it."},
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
     }
-    required = tuple(k for k in job_props if k not in ("error", "attempts"))
+    sometimes = ("error", "attempts", "parents", "dependents", "dependents_truncated")
+    required = tuple(k for k in job_props if k not in sometimes)
     # Every schema is named once, and JobWithHistory repeats Job's properties instead of an
     # ``allOf`` of it: generators (openapi-python-client) name the inline models of an allOf
     # after the parent, so Job's payload became a second "JobPayload" and the tool dropped
     # Job and everything that refers to it.
     return {
         "Job": _obj(job_props, required),
-        "JobWithHistory": _obj(job_props, (*required, "attempts")),
+        "JobWithHistory": _obj(job_props, (*required, "attempts", "dependents")),
+        "Parent": _obj({"id": _int(1, MAX_JOB_ID), "type": {"type": ["string", "null"]},
+                        "status": {"anyOf": [_ref("Status"), {"type": "null"}]},
+                        "result": {"anyOf": [_ref("JobResult"), {"type": "null"}],
+                                   "description": "Absent for a parent purged since."}},
+                       ("id", "type", "status")),
         "Attempt": _obj(attempt_props, tuple(k for k in attempt_props if k != "error")),
         "JobPayload": {"type": "object", "description": "The job's input, as enqueued."},
         "JobResult": {"type": "object", "description": "What the worker reported on complete."},

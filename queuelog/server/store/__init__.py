@@ -24,7 +24,7 @@ from queuelog.server.store.audit import PRIORITY_DETAILS, Audit, Event
 from queuelog.server.store.bulk import Bulk
 from queuelog.server.store.due import Due
 from queuelog.server.store.engine import Clock, make_engine
-from queuelog.server.store.enqueue import Enqueue, NewJob
+from queuelog.server.store.enqueue import Enqueue, Item, NewJob
 from queuelog.server.store.jobs import Claimed
 from queuelog.server.store.limits import FlowState, TypeLimits
 from queuelog.server.store.part import Context
@@ -39,16 +39,16 @@ from queuelog.server.store.types import Types, TypeSummary
 from queuelog.server.store.workers import RunningJob, Workers, WorkerSummary
 
 __all__ = ["ALL", "PERCENTILES", "PRIORITY_DETAILS", "Accounts", "ApiKey", "Claimed", "Event",
-           "FlowState", "NewJob", "Page", "RunningJob", "ScheduleState", "Scope", "Series",
-           "SignIns", "Store", "Timing", "TypeSummary", "User", "WorkerSummary", "hash_token",
-           "revisions"]
+           "FlowState", "Item", "NewJob", "Page", "RunningJob", "ScheduleState", "Scope",
+           "Series", "SignIns", "Store", "Timing", "TypeSummary", "User", "WorkerSummary",
+           "hash_token", "revisions"]
 
 # Each part's verbs, as the Store offers them.
 _VERBS = {
     "jobs": ("claim", "claim_many", "heartbeat", "complete", "complete_many", "fail",
              "fail_many", "cancel", "retry", "watch", "run_now"),
     "enqueuing": ("enqueue", "enqueue_many"),
-    "reads": ("get", "list_jobs", "ping"),
+    "reads": ("get", "statuses", "list_jobs", "ping"),
     "stats": ("job_counts", "fold_counts", "keeps_count_deltas", "gauges",
               "count_purgeable", "count_by_status", "outcomes_per_minute"),
     "types": ("paused", "type_summaries", "set_paused"),
@@ -93,7 +93,7 @@ class Store:
         self.jobs = self.backend.jobs_class()(
             ctx, backoff_base=backoff_base, backoff_cap=backoff_cap,
             lease_seconds=lease_seconds, type_leases=type_leases, type_limits=type_limits)
-        self.enqueuing = Enqueue(ctx)
+        self.enqueuing = Enqueue(ctx, self.jobs.flows)
         self.reads = Reads(ctx)
         self.stats = Stats(ctx)
         self.limits = TypeLimits(ctx, type_limits or {})

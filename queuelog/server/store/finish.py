@@ -19,6 +19,7 @@ from queuelog.model.problems import (JobCancelled, JobNotFound, NotHolder, Queue
 from queuelog.server.store import statements as st
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import to_us
+from queuelog.server.store.flows import Flows
 from queuelog.server.store.listen import FINISHED as FINISHED_KIND
 from queuelog.server.store.part import Context, Part
 from queuelog.server.store.prepared import Prepared
@@ -27,13 +28,18 @@ from queuelog.server.store.tables import jobs
 
 LEASE_EXPIRED_ERROR = "lease expired"
 Item = tuple[int, int, "str | None"]  # a complete's (id, attempt, result JSON)
-# The columns a batch complete returns: what its answer, its counts and ``settled`` read.
-DONE_COLUMNS = "id, type, status, watched"
+# The columns a batch complete returns: what its answer, its counts and ``settled`` read,
+# and the attempt's claim and end (its run time in the metrics; model.jobs.Done).
+DONE_COLUMNS = "id, type, status, watched, has_dependents, claimed_at, finished_at"
 _FINISHED = frozenset(s.value for s in FINISHED)
 
 
 class Finishing(Part):
     """The verbs that end attempts and finish jobs; a backend gives ``_complete_rows``."""
+
+    # True where a complete runs alone in autocommit (PostgreSQL): it completes only jobs
+    # without dependents, and those with go again in a transaction, with their release.
+    completes_plain_alone = False
 
     def __init__(self, ctx: Context, *, backoff_base: float = 2.0,
                  backoff_cap: float = 3600.0, rng: random.Random | None = None) -> None:
@@ -44,6 +50,8 @@ class Finishing(Part):
         # Types with a concurrency limit in force, as this process's last claim saw them:
         # an ended attempt of one frees a slot (``settled``).
         self.slot_types: frozenset[str] = frozenset()
+        self.flows = Flows(ctx)
+        self.flows.settled = self.settled  # a cascade's cancelled jobs finish as any other
         d = self.engine.dialect
         self._by_id, self._by_ids, self._attempt_end, self._attempt_cancel, self._watch = (
             Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.ATTEMPT_END, st.ATTEMPT_CANCEL,
@@ -54,23 +62,29 @@ class Finishing(Part):
 
     # -- the backend's part --------------------------------------------------------------
     def _complete_rows(self, conn: Connection, now: int, worker: str,
-                       items: Sequence[Item], *, full: bool) -> tuple[list[Any], bool]:
+                       items: Sequence[Item], *, full: bool,
+                       plain: bool = False) -> tuple[list[Any], bool]:
         """Complete the held items, each fenced alone (running, this worker, this attempt),
-        and close their attempts; the completed rows (``full``: every column, else id,
-        type, status) and whether the statement told other processes of freed slots."""
+        and close their attempts; the completed rows (``full``: every column, else
+        DONE_COLUMNS) and whether the statement told other processes of freed slots.
+        ``plain``: leave out jobs with dependents (``completes_plain_alone``)."""
         raise NotImplementedError
 
     # -- the one tail --------------------------------------------------------------------
     def settled(self, conn: Connection, rows: Sequence[Any], *, ran: bool = True,
-                told: bool = False) -> None:
+                told: bool = False, release: bool = True) -> None:
         """In the transaction that ended them: what follows when jobs finish or an attempt
         ends. ``ran``: the rows were running (their slots are freed); ``told``: the
-        statement itself told the other processes (PostgreSQL's complete)."""
+        statement itself told the other processes (PostgreSQL's complete); ``release``:
+        count the finished jobs in their dependents' waits (a cascade does it itself)."""
         if not rows:
             return
         self.on_jobs_written()
         if any(r.watched and r.status in _FINISHED for r in rows):
             self.notifier.notify(conn, kind=FINISHED_KIND)  # a request waits for its finish
+        if release and any(r.has_dependents for r in rows) and self.flows.release(
+                conn, self.clock(), rows):
+            self.notifier.notify(conn)  # dependents became pending: as an enqueue
         if any(r.status == Status.PENDING.value for r in rows):
             self.notifier.notify(conn)  # due at its run_at: waiting polls time their look
         elif ran and self.slot_types and any(r.type in self.slot_types for r in rows):
@@ -80,13 +94,41 @@ class Finishing(Part):
     def complete(self, job_id: int, worker: str, attempt: int,
                  result_json: str | None = None) -> Job:
         """Mark a held job completed, storing its result."""
-        with self.backend.one_statement(self._write) as conn:
-            rows, told = self._complete_rows(conn, self.clock(), worker,
-                                             [(job_id, attempt, result_json)], full=True)
-            if not rows:
+        rows = self._complete_all(worker, [(job_id, attempt, result_json)], full=True)
+        if not rows:
+            with self._read.connect() as conn:
                 raise self._refusal(conn, job_id, worker, attempt)
-            self.settled(conn, rows, told=told)
         return Job.from_row(rows[0])
+
+    def _complete_all(self, worker: str, items: Sequence[Item], *, full: bool) -> list[Any]:
+        """Complete the items (``_complete_rows``) and settle them, in one transaction, or,
+        where completes run alone, jobs without dependents alone and the rest after."""
+        alone = self.completes_plain_alone
+        with (self.backend.one_statement(self._write) if alone else
+              self._write.begin()) as conn:
+            rows, told = self._complete_rows(conn, self.clock(), worker, items, full=full,
+                                             plain=alone)
+            self.settled(conn, rows, told=told)
+        if not alone or len(rows) == len(items):
+            return list(rows)
+        linked = self._held_with_dependents(worker, items, {r.id for r in rows})
+        if not linked:
+            return list(rows)  # the rest were refused: stale, not held, not running
+        with self._write.begin() as conn:  # jobs with dependents: released with their finish
+            more, told = self._complete_rows(conn, self.clock(), worker, linked, full=full)
+            self.settled(conn, more, told=told)
+        return [*rows, *more]
+
+    def _held_with_dependents(self, worker: str, items: Sequence[Item],
+                              done: set[int]) -> list[Item]:
+        """The items a plain complete left that are held at their attempt and have
+        dependents: those go again, in a transaction; the others were refused."""
+        rest = [i for i in items if i[0] not in done]
+        with self._read.connect() as conn:
+            now = {r.id: r for r in self._by_ids.rows(conn, {"ids": [i[0] for i in rest]})}
+        return [i for i in rest if (r := now.get(i[0])) is not None and r.has_dependents
+                and r.status == Status.RUNNING.value and r.worker_id == worker
+                and r.attempt == i[1]]
 
     def complete_many(self, worker: str, items: Sequence[Item]) -> list[Done | QueuelogError]:
         """Complete many held jobs (id, attempt, result JSON; ids distinct) at once, each
@@ -95,13 +137,12 @@ class Finishing(Part):
         read again, to say why."""
         if not items:
             return []
-        with self.backend.one_statement(self._write) as conn:
-            done, told = self._complete_rows(conn, self.clock(), worker, items, full=False)
-            rows = {r.id: r for r in done}
-            refused = [job_id for job_id, _, _ in items if job_id not in rows]
-            now_rows = ({r.id: r for r in self._by_ids.rows(conn, {"ids": refused})}
-                        if refused else {})
-            self.settled(conn, done, told=told)
+        rows = {r.id: r for r in self._complete_all(worker, items, full=False)}
+        refused = [job_id for job_id, _, _ in items if job_id not in rows]
+        now_rows: dict[int, Any] = {}
+        if refused:
+            with self._read.connect() as conn:
+                now_rows = {r.id: r for r in self._by_ids.rows(conn, {"ids": refused})}
         return [Done.from_row(rows[i]) if i in rows else
                 refusal(now_rows.get(i), i, worker, attempt) for i, attempt, _ in items]
 

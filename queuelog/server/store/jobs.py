@@ -7,6 +7,7 @@ claim may take is ``claim_policy``'s, asked inside the claim's transaction on ev
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 from typing import Any, Mapping, Sequence
 
@@ -20,17 +21,12 @@ from queuelog.server.store import statements as st
 from queuelog.server.store.accounts import ACTIVE_KEY, is_key
 from queuelog.server.store.audit import record
 from queuelog.server.store.engine import to_us
-from queuelog.server.store.finish import DONE_COLUMNS, Finishing
+from queuelog.server.store.finish import Finishing
 from queuelog.server.store.limits import Limiter
 from queuelog.server.store.part import Context
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.reads import ALL, get_row, status_is
 from queuelog.server.store.tables import jobs
-
-
-# What a batch complete returns of each completed job (model.jobs.Done): finish.py's columns,
-# and the attempt's claim and end for its run time in the metrics.
-DONE_TIMED = f"{DONE_COLUMNS}, claimed_at, finished_at"
 
 
 class Claimed(list[Job]):
@@ -112,6 +108,11 @@ class Jobs(Finishing):
                 out, rows = Claimed(), []
         # Built after the commit: the write lock (SQLite's) is held for the SQL alone.
         out.extend(Job.from_row(r) for r in in_claim_order(rows))
+        if any(job.depends_on for job in out):  # a step reads its inputs in this request
+            with self._read.connect() as conn:
+                found = self.flows.parents_of(conn, out)
+            out[:] = [dataclasses.replace(j, parents=found[j.id]) if j.id in found else j
+                      for j in out]
         return out
 
     def _claim_in_turn(self, worker: str, max_jobs: int, lease_seconds: float | None,
@@ -200,6 +201,7 @@ class Jobs(Finishing):
             if actor is not None:
                 record(conn, now, actor, "job.retry", str(job_id))
             self.notifier.notify(conn)
+            self.flows.restore(conn, now, [job_id])  # its failure's cancelled dependents
             return Job.from_row(row)
 
 

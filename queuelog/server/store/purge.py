@@ -3,14 +3,23 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, exists, or_, select
 
 from queuelog.model.jobs import FINISHED, Status
 from queuelog.server.store.audit import Tally
 from queuelog.server.store.part import Context, Part
-from queuelog.server.store.tables import job_attempts, jobs
+from queuelog.server.store.tables import job_attempts, job_dependencies, jobs
 
 PURGE_BATCH = 500   # rows per purge transaction: no table-long lock
+
+
+_CHILD = jobs.alias("child")
+# A finished job an unfinished job still depends on is kept (its result is that job's input).
+NOT_NEEDED = or_(~jobs.c.has_dependents, ~exists(
+    select(job_dependencies.c.child_id)
+    .join(_CHILD, _CHILD.c.id == job_dependencies.c.child_id)
+    .where(job_dependencies.c.parent_id == jobs.c.id,
+           _CHILD.c.status.notin_([s.value for s in FINISHED]))))
 
 
 class Purge(Part):
@@ -39,7 +48,7 @@ class Purge(Part):
             with self._write.begin() as conn:
                 cutoff = self.clock() - older_than_us
                 ids = conn.execute(self._pick.where(
-                    jobs.c.status.in_(wanted), jobs.c.finished_at < cutoff)
+                    jobs.c.status.in_(wanted), jobs.c.finished_at < cutoff, NOT_NEEDED)
                     .limit(batch)).scalars().all()
                 if ids:
                     conn.execute(delete(job_attempts).where(job_attempts.c.job_id.in_(ids)))

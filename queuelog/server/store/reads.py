@@ -6,14 +6,14 @@ must answer 404 for an invisible job uses the same conditions.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
 from sqlalchemy import Connection, bindparam, literal_column, select, text
 
 from queuelog.model.problems import JobNotFound
 from queuelog.model.jobs import Attempt, Job, Status
 from queuelog.server.store.part import Part
-from queuelog.server.store.tables import job_attempts, jobs
+from queuelog.server.store.tables import job_attempts, job_dependencies, jobs
 
 _ATTEMPTS = (select(job_attempts).where(job_attempts.c.job_id == bindparam("jid"))
              .order_by(job_attempts.c.attempt))
@@ -39,6 +39,12 @@ WITH RECURSIVE p(name) AS (
     WHERE p.name IS NOT NULL)
 SELECT j.id FROM p CROSS JOIN jobs j WHERE j.producer = p.name AND j.idempotency_key = :key
 """)
+
+
+MAX_DEPENDENTS = 100  # dependents listed on one job (then ``dependents_truncated``)
+_DEPENDENTS = (select(job_dependencies.c.child_id)
+               .where(job_dependencies.c.parent_id == bindparam("jid"))
+               .order_by(job_dependencies.c.child_id).limit(MAX_DEPENDENTS + 1))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +97,24 @@ class Reads(Part):
         with self._read.connect() as conn:
             row = get_row(conn, job_id, scope)
             attempts = conn.execute(_ATTEMPTS, {"jid": job_id}).all()
-            return Job.from_row(row).with_attempts(
+            job = Job.from_row(row).with_attempts(
                 tuple(Attempt.from_row(a._mapping) for a in attempts))
+            shown, more = (conn.execute(_DEPENDENTS, {"jid": job_id}).scalars().all()
+                           if row.has_dependents else [], False)
+            if len(shown) > MAX_DEPENDENTS:
+                shown, more = shown[:MAX_DEPENDENTS], True
+            return dataclasses.replace(job, dependents=tuple(shown), dependents_truncated=more)
+
+    def statuses(self, ids: Sequence[int],
+                 scope: Scope = ALL) -> dict[int, tuple[str, Status]]:
+        """The type and status of each of ``ids`` the scope may see, by id, in one read; a
+        job missing (purged) or not visible is left out."""
+        if not ids:
+            return {}  # a job with no parents nor dependents: no connection taken
+        query = select(jobs.c.id, jobs.c.type, jobs.c.status).where(
+            jobs.c.id.in_(sorted(set(ids))), *scope_conditions(scope))
+        with self._read.connect() as conn:
+            return {r.id: (r.type, Status(r.status)) for r in conn.execute(query)}
 
     def list_jobs(self, *, scope: Scope = ALL, status: Status | None = None,
                   type: str | None = None, priority: int | None = None, limit: int = 50,

@@ -106,11 +106,11 @@ EXPIRED = (select(jobs.c.id, jobs.c.attempt)
 
 
 def cancel(*conditions: Any, running: bool = False) -> Any:
-    """Pending jobs matching ``conditions`` (``running``: and running ones, a single
-    cancel) cancelled at ``:now``; a running one's lease ends with it."""
-    states = [Status.PENDING.value, Status.RUNNING.value]
-    return (update(jobs).where(jobs.c.status.in_(states) if running else
-                               status_is(Status.PENDING), *conditions)
+    """Blocked and pending jobs matching ``conditions`` (``running``: and running ones, a
+    single cancel) cancelled at ``:now``; a running one's lease ends with it."""
+    states = [Status.BLOCKED.value, Status.PENDING.value,
+              *([Status.RUNNING.value] if running else [])]
+    return (update(jobs).where(jobs.c.status.in_(states), *conditions)
             .values(status=Status.CANCELLED.value, finished_at=b("now"), updated_at=b("now"),
                     lease_expires_at=None)
             .returning(*jobs.c))

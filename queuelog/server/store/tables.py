@@ -41,6 +41,15 @@ jobs = Table(
     # other processes (migration 0012), so an unwatched finish pays no wake-up.
     Column("progress", Text),
     Column("watched", Boolean, nullable=False, server_default=false()),
+    # Workflows (migration 0013): the parents' ids as a JSON list (NULL: none), what a
+    # parent's failure does (NULL: "cancel"), the parent whose failure cancelled it, how
+    # many parents it still waits for (a blocked job), and whether any job depends on it:
+    # a job no one depends on finishes without a look at ``job_dependencies``.
+    Column("depends_on", Text),
+    Column("on_parent_failure", String(8)),
+    Column("cancelled_by_parent", BigInteger),
+    Column("waiting_for", Integer),
+    Column("has_dependents", Boolean, nullable=False, server_default=false()),
     # V-09: a key is unique per producer, not across producers.
     UniqueConstraint("producer", "idempotency_key", name="uq_jobs_producer_idempotency"),
     # SQLite reuses the highest rowid once that row is deleted; AUTOINCREMENT never
@@ -82,6 +91,17 @@ Index("ix_jobs_status_finished", jobs.c.status, jobs.c.finished_at,
 # The oldest due pending job of a type (GET /types, queue age): one seek per type.
 Index("ix_jobs_pending_type_run", jobs.c.type, jobs.c.run_at,
       sqlite_where=text("status = 'pending'"), postgresql_where=text("status = 'pending'"))
+
+# Which job waits for which (Workflows): a finished parent's dependents are found by its
+# primary key; a purged child's rows go with it (the child index).
+job_dependencies = Table(
+    "job_dependencies", metadata,
+    Column("parent_id", BigInteger().with_variant(Integer, "sqlite"),
+           ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("child_id", BigInteger().with_variant(Integer, "sqlite"),
+           ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+)
+Index("ix_job_dependencies_child", job_dependencies.c.child_id)
 
 job_attempts = Table(
     "job_attempts", metadata,

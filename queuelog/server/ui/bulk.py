@@ -18,7 +18,7 @@ from queuelog.server.ui.helpers import check_form, error_page
 
 bp = Blueprint("bulk", __name__)
 
-BULK = {"retry": ("failed", "cancelled"), "cancel": ("pending",)}
+BULK = {"retry": ("failed", "cancelled"), "cancel": ("pending", "blocked")}
 
 
 @bp.get("/bulk/<any(retry, cancel):verb>")
@@ -50,8 +50,10 @@ def bulk(verb: str) -> Any:
                                priority=prio)
         flash(f"{n:,} job(s) are pending again, with fresh retries.", "ok")
     else:
-        n = actions.bulk_cancel(who, type=f["type"], priority=prio)
-        flash(f"{n:,} pending job(s) are cancelled.", "ok")
+        # Only the list's status: the confirmation counted those alone.
+        n = actions.bulk_cancel(who, statuses=[Status(f["status"])], type=f["type"],
+                                priority=prio)
+        flash(f"{n:,} {f['status']} job(s) are cancelled.", "ok")
     return redirect(url_for("ui.queue.index", **{k: v for k, v in f.items() if v}), 303)
 
 

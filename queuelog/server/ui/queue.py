@@ -63,14 +63,17 @@ def jump() -> Any:
 
 
 @bp.get("/jobs/<job_id:job_id>")
-@require(actions.dashboard, actions.dashboard_job)
+@require(actions.dashboard, actions.dashboard_job, actions.dashboard_workflow)
 def job(job_id: int) -> Any:
-    """One job: details, times, payload, result, history; error and buttons for admins."""
+    """One job: details, times, its parents and dependents, payload, result, history;
+    error and buttons for admins."""
+    who = current_user()
     try:
-        found = actions.dashboard_job(current_user(), job_id)
+        found = actions.dashboard_job(who, job_id)
     except JobNotFound:
         return error_page(404, "No such job", f"There is no job #{job_id}.")
-    return render_template("ui/job.html", job=found, now=actions.dashboard(current_user()))
+    return render_template("ui/job.html", job=found, flow=actions.dashboard_workflow(who, found),
+                           now=actions.dashboard(who))
 
 
 @bp.post("/jobs/<job_id:job_id>/retry")
@@ -83,7 +86,8 @@ def retry(job_id: int) -> Any:
 @bp.post("/jobs/<job_id:job_id>/cancel")
 @require(actions.dashboard, actions.cancel)
 def cancel(job_id: int) -> Any:
-    """Admin: cancel a pending or running job (its holder is fenced off)."""
+    """Admin: cancel a blocked, pending or running job (a running one's holder is fenced
+    off)."""
     return _act(job_id, "cancel")
 
 
@@ -116,7 +120,8 @@ def _act(job_id: int, action: str) -> Any:
 
 def _bulk_offer(f: dict[str, Any], who: Principal) -> dict[str, Any] | None:
     """The bulk action the current filter allows an admin, with its (capped) count."""
-    verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel"}.get(f["status"] or "")
+    verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel",
+            "blocked": "cancel"}.get(f["status"] or "")
     # Bulk verbs select by status, type and priority: never offer "all N" for a list that
     # a producer, worker or search narrowed, which would act on more jobs than it shows.
     if not who.is_admin or verb is None or any(f[k] for k in ("producer", "worker", "q")):

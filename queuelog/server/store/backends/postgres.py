@@ -12,8 +12,8 @@ from queuelog.model import jsontext
 from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
-from queuelog.server.store.finish import Item
-from queuelog.server.store.jobs import DONE_TIMED, Claimed, Jobs, claim_kind, claim_params
+from queuelog.server.store.finish import DONE_COLUMNS, Item
+from queuelog.server.store.jobs import Claimed, Jobs, claim_kind, claim_params
 from queuelog.server.store.jobs import revoked
 from queuelog.server.store.listen import CHANNEL
 from queuelog.server.store.notifier import Notifier, PgNotifier
@@ -144,6 +144,8 @@ class PostgresJobs(Jobs):
     """The job verbs on PostgreSQL: claims that lock what they walk and open their attempts
     in the same statement, run alone in autocommit when nothing needs a transaction."""
 
+    completes_plain_alone = True  # a complete in autocommit leaves dependents' parents
+
     _seen_limiter_rows = True  # until a claim's first reads say otherwise
 
     def _build_claims(self, lease: Any) -> None:
@@ -159,8 +161,12 @@ class PostgresJobs(Jobs):
         self._claims_g = {k: Prepared(recording(claim, w.where(guard), alone=guard), d)
                           for k, w in walks.items()}
         self._expired = Prepared(st.EXPIRED.with_for_update(skip_locked=True), d)
-        self._complete_full = Prepared(text(sql.COMPLETE.format(returning="done.*")), d)
-        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_TIMED)), d)
+        # By (full, plain): every column or DONE_COLUMNS; only jobs without dependents.
+        self._completes = {
+            (full, plain): Prepared(text(sql.COMPLETE.format(
+                returning="done.*" if full else DONE_COLUMNS,
+                guard=sql.PLAIN if plain else "")), d)
+            for full in (True, False) for plain in (True, False)}
 
     def _claim_rows(self, conn: Connection, kind: str, params: dict[str, Any],
                     blocked: list[str]) -> list[Any]:
@@ -170,11 +176,13 @@ class PostgresJobs(Jobs):
         return self._claims[kind].rows(conn, params)
 
     def _complete_rows(self, conn: Connection, now: int, worker: str,
-                       items: Sequence[Item], *, full: bool) -> tuple[list[Any], bool]:
-        """One statement: the jobs, their attempts, and a freed slot's wake-up."""
+                       items: Sequence[Item], *, full: bool,
+                       plain: bool = False) -> tuple[list[Any], bool]:
+        """One statement: the jobs, their attempts, and a freed slot's wake-up (``plain``:
+        only jobs without dependents, the rest left to a transaction)."""
         params = {"now": now, "wkr": worker, "slot_types": sorted(self.slot_types),
                   "channel": CHANNEL, **items_json(items)}
-        return (self._complete_full if full else self._complete_done).rows(conn, params), True
+        return self._completes[full, plain].rows(conn, params), True
 
     def _settled_claim(self, conn: Connection, now: int, rows: list[Any]) -> None:
         """The attempts stamped again: ``now`` was read before the reads and the settle,

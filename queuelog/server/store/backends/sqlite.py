@@ -13,8 +13,8 @@ from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
 from queuelog.server.store.engine import database_file, write_turns
-from queuelog.server.store.finish import Item
-from queuelog.server.store.jobs import DONE_TIMED, Jobs
+from queuelog.server.store.finish import DONE_COLUMNS, Item
+from queuelog.server.store.jobs import Jobs
 from queuelog.server.store.notifier import Notifier, SQLiteNotifier
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.sql import sqlite as sql
@@ -166,7 +166,7 @@ class SQLiteJobs(Jobs):
         self._expired = Prepared(sql.EXPIRED.bindparams(bindparam("lim", st.EXPIRE_BATCH))
                                  .columns(*st.EXPIRED.selected_columns), d)
         self._complete_full = Prepared(text(sql.COMPLETE.format(returning="*")), d)
-        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_TIMED)), d)
+        self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_COLUMNS)), d)
         self._close_attempts = Prepared(sql.CLOSE_ATTEMPTS, d)
 
     def _claim_rows(self, conn: Connection, kind: str, params: dict[str, Any],
@@ -185,8 +185,10 @@ class SQLiteJobs(Jobs):
         return rows
 
     def _complete_rows(self, conn: Connection, now: int, worker: str,
-                       items: Sequence[Item], *, full: bool) -> tuple[list[Any], bool]:
-        """One UPDATE of the items' jobs, then one of their attempts."""
+                       items: Sequence[Item], *, full: bool,
+                       plain: bool = False) -> tuple[list[Any], bool]:
+        """One UPDATE of the items' jobs, then one of their attempts (in a transaction
+        always: ``plain`` has nothing to leave out)."""
         params = {"now": now, "wkr": worker, **items_json(items)}
         rows = (self._complete_full if full else self._complete_done).rows(conn, params)
         if len(rows) == len(items):  # every item completed: its attempt closed as sent

@@ -12,14 +12,16 @@ INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM "
 # pg_notify in a RETURNING: told to every LISTEN at commit, once however many rows.
 NOTIFIED = "pg_notify(:channel, '') AS notified"
 # The one complete: the items joined to their rows, each fenced alone; their attempts
-# closed and a freed slot's wake-up sent by the same statement.
+# closed and a freed slot's wake-up sent by the same statement. ``{guard}``: PLAIN, in
+# autocommit, leaves a job with dependents to a transaction (their release goes with it).
+PLAIN = " AND NOT jobs.has_dependents"
 COMPLETE = (
     "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
     "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
     "FROM (SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att, "
     "i ->> 2 AS res FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e(i)) AS v "
     "WHERE jobs.id = v.id AND jobs.status = 'running' "
-    "AND jobs.attempt = v.att AND jobs.worker_id = :wkr "
+    "AND jobs.attempt = v.att AND jobs.worker_id = :wkr{guard} "
     "RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
