@@ -5,7 +5,10 @@ the transactions truly interleave."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
+
+import pytest
+from sqlalchemy import text
 
 from queuelog.model.jobs import Status
 from queuelog.server.store import NewJob, Store
@@ -36,69 +39,62 @@ def _at_once(calls: list[Callable[[], Any]]) -> list[Any]:
     return got
 
 
+@pytest.fixture
+def other(store: Store, db_url: str) -> Iterator[Store]:
+    """A second store (its own pool: transactions of their own) on the same database."""
+    second = Store(db_url)
+    second.clock = store.clock  # the same (fake) time on both
+    yield second
+    second.close()
+
+
 def test_two_parents_finishing_at_once_release_their_child_once(store: Store,
-                                                               db_url: str) -> None:
-    other = Store(db_url)
-    other.clock = store.clock  # the same (fake) time on both
-    try:
-        for _ in range(PAIRS):
-            a, _ = store.enqueue(_new())
-            b, _ = store.enqueue(_new())
-            child, _ = store.enqueue(_new(depends_on=(a.id, b.id)))
-            held = store.claim_many("w", 2)
-            assert {j.id for j in held} == {a.id, b.id}
-            done = _at_once([lambda j=held[0]: store.complete(j.id, "w", j.attempt, None),
-                             lambda j=held[1]: other.complete(j.id, "w", j.attempt, None)])
-            assert all(d.status is Status.COMPLETED for d in done), done
-            got = store.get(child.id)
-            assert got.status is Status.PENDING, got
-            with store.engine.connect() as conn:  # counted twice would be -1
-                from sqlalchemy import text
-                waiting = conn.execute(text("SELECT waiting_for FROM jobs WHERE id = :i"),
-                                       {"i": child.id}).scalar_one()
-            assert waiting == 0
-            assert store.claim("w").id == child.id
-    finally:
-        other.close()
+                                                               other: Store) -> None:
+    for _ in range(PAIRS):
+        a, _ = store.enqueue(_new())
+        b, _ = store.enqueue(_new())
+        child, _ = store.enqueue(_new(depends_on=(a.id, b.id)))
+        held = store.claim_many("w", 2)
+        assert {j.id for j in held} == {a.id, b.id}
+        done = _at_once([lambda j=held[0]: store.complete(j.id, "w", j.attempt, None),
+                         lambda j=held[1]: other.complete(j.id, "w", j.attempt, None)])
+        assert all(d.status is Status.COMPLETED for d in done), done
+        got = store.get(child.id)
+        assert got.status is Status.PENDING, got
+        with store.engine.connect() as conn:  # counted twice would be -1
+            waiting = conn.execute(text("SELECT waiting_for FROM jobs WHERE id = :i"),
+                                   {"i": child.id}).scalar_one()
+        assert waiting == 0
+        assert store.claim("w").id == child.id
 
 
 def test_a_child_is_never_claimed_before_its_last_parent_committed(store: Store,
-                                                                  db_url: str) -> None:
-    other = Store(db_url)
-    other.clock = store.clock  # the same (fake) time on both
-    try:
-        for _ in range(PAIRS):
-            parent, _ = store.enqueue(_new())
-            child, _ = store.enqueue(_new(depends_on=(parent.id,)))
-            held = store.claim("w")
-            assert held.id == parent.id
-            got = _at_once([lambda: store.complete(parent.id, "w", held.attempt, None),
-                            lambda: other.claim("w2")])
-            claimed = got[1]
-            if claimed is not None:  # it saw the child only once the parent had committed
-                assert claimed.id == child.id
-                assert store.get(parent.id).finished_at <= claimed.claimed_at
-            else:
-                assert store.claim("w2").id == child.id
-            store.complete(child.id, "w2", 1, None)
-    finally:
-        other.close()
+                                                                  other: Store) -> None:
+    for _ in range(PAIRS):
+        parent, _ = store.enqueue(_new())
+        child, _ = store.enqueue(_new(depends_on=(parent.id,)))
+        held = store.claim("w")
+        assert held.id == parent.id
+        got = _at_once([lambda: store.complete(parent.id, "w", held.attempt, None),
+                        lambda: other.claim("w2")])
+        claimed = got[1]
+        if claimed is not None:  # it saw the child only once the parent had committed
+            assert claimed.id == child.id
+            assert store.get(parent.id).finished_at <= claimed.claimed_at
+        else:
+            assert store.claim("w2").id == child.id
+        store.complete(child.id, "w2", 1, None)
 
 
 def test_a_parent_finishing_while_its_child_is_enqueued_never_strands_the_child(
-        store: Store, db_url: str) -> None:
+        store: Store, other: Store) -> None:
     """The link and the finish lock the parent's row: whichever commits first, the other
     sees it, and the child ends up pending, never blocked for good."""
-    other = Store(db_url)
-    other.clock = store.clock  # the same (fake) time on both
-    try:
-        for _ in range(PAIRS):
-            parent, _ = store.enqueue(_new())
-            held = store.claim("w")
-            got = _at_once([lambda: store.complete(parent.id, "w", held.attempt, None),
-                            lambda: other.enqueue(_new(depends_on=(parent.id,)))[0]])
-            child = got[1]
-            assert store.get(child.id).status is Status.PENDING, child
-            store.complete(store.claim("w").id, "w", 1, None)
-    finally:
-        other.close()
+    for _ in range(PAIRS):
+        parent, _ = store.enqueue(_new())
+        held = store.claim("w")
+        got = _at_once([lambda: store.complete(parent.id, "w", held.attempt, None),
+                        lambda: other.enqueue(_new(depends_on=(parent.id,)))[0]])
+        child = got[1]
+        assert store.get(child.id).status is Status.PENDING, child
+        store.complete(store.claim("w").id, "w", 1, None)
