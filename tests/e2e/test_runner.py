@@ -602,9 +602,35 @@ def test_the_bash_worker_runs_the_example_handler_as_the_guide_says(live, jtype,
         done = wait_for(lambda: finished(live, job["id"]), what="the check")
         assert done["status"] == "completed", done.get("error")
         assert done["result"]["status"] == 200
+        # Its next long poll runs now: no process of the worker shows the token, and the
+        # heartbeat loop of the job it finished left no sleep behind.
+        wait_for(lambda: any("curl" in c for c in _session(proc.pid).values()),
+                 what="the next long poll")
+        time.sleep(0.3)
+        assert not [c for c in _session(proc.pid).values() if token in c]
+        assert not [c for c in _session(proc.pid).values() if c.startswith("sleep")]
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def _session(sid: int) -> dict[int, str]:
+    """The command lines of the processes in session ``sid`` (orphans included: a child
+    reparented to init keeps its session)."""
+    out: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                session = int(f.read().rsplit(")", 1)[1].split()[3])
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        if session == sid:
+            out[int(entry)] = cmdline
+    return out
 
 
 def test_the_readme_client_snippet_runs(live):
