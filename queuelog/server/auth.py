@@ -11,7 +11,7 @@ from functools import wraps
 from typing import Any, Callable, TypeVar
 
 from cachetools import TTLCache
-from flask import Flask, current_app, request
+from flask import Flask, current_app, g, request
 from flask_httpauth import HTTPBasicAuth, HTTPTokenAuth, MultiAuth
 from werkzeug.security import check_password_hash, generate_password_hash
 
@@ -121,7 +121,7 @@ def _verify_password(username: str, password: str) -> Principal | None:
     key = _cache_key(username, password)
     hit = cache.get(key)
     if hit is not None:
-        return hit
+        return _signed_in(hit)
     user = store.accounts.user(username)
     # An unknown user costs as long as a wrong password (the dummy hash), so names cannot
     # be probed.
@@ -134,7 +134,20 @@ def _verify_password(username: str, password: str) -> Principal | None:
     principal = Principal(user.username, user.role, "user", None, 30)
     with current_app.extensions["queuelog.password_cache_lock"]:
         cache[key] = principal  # TTLCache is not thread-safe
+    return _signed_in(principal)
+
+
+def _signed_in(principal: Principal) -> Principal:
+    """A person whose password matched, kept for the request: flask-httpauth names its
+    user only once the role check passed, and a 403 page still shows who is signed in
+    (its header, its navigation)."""
+    g.queuelog_signed_in = principal
     return principal
+
+
+def signed_in() -> Principal | None:
+    """The person of this request whose password matched, even on a 403; else None."""
+    return g.get("queuelog_signed_in")
 
 
 def _check_password(password_hash: str, password: str) -> bool:

@@ -910,3 +910,13 @@ def test_brief_durations_fit_a_narrow_column() -> None:
     assert [helpers.brief(us) for us in (None, 850, 4_000, 1_230_000, 12_400_000, 246_000_000,
                                          8_280_000_000)] == [
         "—", "1 ms", "4 ms", "1.2 s", "12 s", "4.1 min", "2.3 h"]
+
+
+@pytest.mark.parametrize("url,status", [("/ui/audit", 403), ("/ui/?bogus=1", 400),
+                                        ("/ui/jobs/999999", 404)])
+def test_error_pages_keep_the_header_navigation(client: Any, viewer: dict[str, str],
+                                                url: str, status: int) -> None:
+    page = client.get(url, headers=viewer)
+    assert page.status_code == status
+    assert 'class="pages"' in page.text and 'href="/ui/types"' in page.text
+    assert "vera" in page.text and "Sign out" in page.text

@@ -15,7 +15,7 @@ from flask.sessions import SecureCookieSession, SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError
 
 from queuelog.server import actions
-from queuelog.server.auth import current_user, require
+from queuelog.server.auth import current_user, require, signed_in
 from queuelog.server.ui import audit, bulk, helpers, queue, schedules, signout, types, workers
 from queuelog.server.ui.helpers import csrf, error_page
 
@@ -62,7 +62,8 @@ class _Sessions(SecureCookieSessionInterface):
 
 
 def _who() -> dict[str, Any]:
-    who = current_user() if "ui" in request.blueprints else None
+    # A 403 (a viewer on an admin's page) keeps the header and navigation: who signed in.
+    who = (current_user() or signed_in()) if "ui" in request.blueprints else None
     is_admin = bool(who and who.is_admin)
     nav = [(endpoint, label) for endpoint, label, admins in NAV
            if endpoint in current_app.view_functions and (is_admin or not admins)]
