@@ -163,6 +163,8 @@ def test_dashboard_shows_next_run_and_admins_get_forms_with_csrf(client, admin, 
     assert client.post("/ui/schedules/tick/pause", headers=admin,
                        data={"csrf_token": token}).status_code == 303
     assert schedules(client, admin)["tick"]["paused"] is True
+    paused = client.get("/ui/schedules", headers=viewer).text  # no next run while paused
+    assert paused.count("none while paused") == 1
     assert client.post("/ui/schedules/tick/run", headers=viewer,
                        data={"csrf_token": token}).status_code == 403
     assert len(client.get("/jobs", headers=admin).json["jobs"]) == 1

@@ -920,3 +920,21 @@ def test_error_pages_keep_the_header_navigation(client: Any, viewer: dict[str, s
     assert page.status_code == status
     assert 'class="pages"' in page.text and 'href="/ui/types"' in page.text
     assert "vera" in page.text and "Sign out" in page.text
+
+
+def test_the_job_page_says_what_is_true_of_a_finished_job(client: Any, store: Store,
+                                                          clock: Any,
+                                                          admin_user: dict[str, str]) -> None:
+    """A cancelled delayed job will not run "in 6 min"; retries count since an admin's."""
+    delayed = add(store, delay=360)
+    store.cancel(delayed)
+    page = client.get(f"/ui/jobs/{delayed}", headers=admin_user).text
+    assert "(it will not run: cancelled)" in page and "in 6 min" not in page
+    job = add(store, max_retries=0)
+    for _ in range(3):  # fails for good, an admin retries it, three times over
+        held = store.claim("mailer-1", lease_seconds=60)
+        store.fail(held.id, "mailer-1", held.attempt, "boom", retry=False)
+        store.retry(job)
+    store.claim("mailer-1", lease_seconds=60)
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert "0 of 0 <span class=\"muted\">since an admin's retry (4 attempts in all)" in page
