@@ -11,8 +11,10 @@ def test_a_job_keeps_the_trace_context_it_was_enqueued_with(client, producer, wo
                       headers={**producer, "traceparent": TP, "tracestate": "congo=t61"})
     assert one.status_code == 201
     assert (one.json["traceparent"], one.json["tracestate"]) == (TP, "congo=t61")
-    batch = client.post("/jobs/batch", json={"jobs": [{"type": "pdf"}, {"type": "pdf"}]},
-                        headers={**producer, "traceparent": TP2})
+    # A batch: every item keeps it, a dependent (the linked insert) too.
+    batch = client.post("/jobs/batch", json={"jobs": [
+        {"type": "pdf"}, {"type": "pdf", "depends_on": [{"item": 0}]}]},
+        headers={**producer, "traceparent": TP2})
     assert [(j["traceparent"], j["tracestate"]) for j in batch.json["jobs"]] == [(TP2, None)] * 2
     plain = client.post("/jobs", json={"type": "sync"}, headers=producer).json
     assert (plain["traceparent"], plain["tracestate"]) == (None, None)
@@ -21,8 +23,9 @@ def test_a_job_keeps_the_trace_context_it_was_enqueued_with(client, producer, wo
     assert (got["traceparent"], got["tracestate"]) == (TP, "congo=t61")
     claimed = client.post("/jobs/claim", json={"max_jobs": 4}, headers=worker).json["jobs"]
     assert {j["id"]: j["traceparent"] for j in claimed} == {
-        one.json["id"]: TP, batch.json["jobs"][0]["id"]: TP2, batch.json["jobs"][1]["id"]: TP2,
-        plain["id"]: None}
+        one.json["id"]: TP, batch.json["jobs"][0]["id"]: TP2, plain["id"]: None}
+    dependent = client.get(f"/jobs/{batch.json['jobs'][1]['id']}", headers=producer).json
+    assert (dependent["status"], dependent["traceparent"]) == ("blocked", TP2)
     listed = client.get("/jobs", headers=producer).json["jobs"]
     assert [j["traceparent"] for j in listed] == [None, TP2, TP2, TP]
 
