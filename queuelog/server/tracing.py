@@ -40,8 +40,8 @@ def configured(env: Mapping[str, str]) -> bool:
     if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return False
     exporter = env.get("OTEL_TRACES_EXPORTER", "").strip().lower()
-    if exporter:
-        return exporter == "otlp"
+    if exporter:  # a list, by the spec ("otlp,console"): the server sends only OTLP
+        return "otlp" in (e.strip() for e in exporter.split(","))
     return bool(env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
                 or env.get("OTEL_EXPORTER_OTLP_ENDPOINT"))
 

@@ -100,6 +100,8 @@ def test_the_runner_hands_the_jobs_trace_context_to_the_command_and_never_its_ow
     ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
     ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
     ({"OTEL_TRACES_EXPORTER": "otlp"}, True),
+    ({"OTEL_TRACES_EXPORTER": "console, otlp"}, True),
+    ({"OTEL_TRACES_EXPORTER": "console"}, False),
     ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False),
     ({"OTEL_SDK_DISABLED": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}, False),
     ({"OTEL_SERVICE_NAME": "api"}, False),  # naming the service asks for no export
