@@ -167,13 +167,15 @@ class QueueMachine(RuleBasedStateMachine):
 
     @rule(job=ids)
     def cancel(self, job: int) -> None:
-        """Cancel: only from pending."""
+        """Cancel: from pending, or from running (the holder is fenced off; its attempt
+        ends ``cancelled``)."""
         m = self.model[job]
-        if m.status is not Status.PENDING:
+        if m.status not in (Status.PENDING, Status.RUNNING):
             self._refused(lambda: self.store.cancel(job))
             return
-        assert self.store.cancel(job).status is Status.CANCELLED
-        m.status = Status.CANCELLED
+        got = self.store.cancel(job)
+        assert got.status is Status.CANCELLED and got.lease_expires_at is None
+        m.status, m.lease_until = Status.CANCELLED, None
 
     @rule(job=ids)
     def retry(self, job: int) -> None:
@@ -220,6 +222,7 @@ class QueueMachine(RuleBasedStateMachine):
     # -- helpers -------------------------------------------------------------------
     @staticmethod
     def _expect_held(m: Model, worker: str, attempt: int) -> bool:
+        # A cancelled job's holder is refused (409 "cancelled") like any other late answer.
         return m.status is Status.RUNNING and m.holder == worker and attempt == m.attempt
 
     @staticmethod
