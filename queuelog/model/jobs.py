@@ -130,11 +130,14 @@ class Done(NamedTuple):
     status: Status
     claimed_at: int | None = None   # the attempt's claim and end: its run time (metrics)
     finished_at: int | None = None
+    traceparent: str | None = None  # the job's trace context: the complete's span links it
 
     @classmethod
     def from_row(cls, row: Any) -> "Done":
-        """From a row with ``id``, ``type``, ``status``, ``claimed_at`` and ``finished_at``."""
-        return cls(row.id, row.type, _STATUSES[row.status], row.claimed_at, row.finished_at)
+        """From a row with ``id``, ``type``, ``status``, ``claimed_at``, ``finished_at`` and
+        ``traceparent``."""
+        return cls(row.id, row.type, _STATUSES[row.status], row.claimed_at, row.finished_at,
+                   row.traceparent)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +204,8 @@ class Job:
     parents: tuple[dict[str, Any], ...] | None = None  # on a claimed job: its parents
     dependents: tuple[int, ...] | None = None  # on GET /jobs/{id}: who depends on it
     dependents_truncated: bool = False
+    traceparent: str | None = None     # W3C trace context from the enqueue's headers
+    tracestate: str | None = None
 
     @classmethod
     def from_row(cls, row: Any) -> "Job":
@@ -229,7 +234,8 @@ class Job:
             "depends_on": () if depends_on is None else tuple(loads(depends_on)),
             "on_parent_failure": row.on_parent_failure or "cancel",
             "cancelled_by_parent": row.cancelled_by_parent, "parents": None,
-            "dependents": None, "dependents_truncated": False})
+            "dependents": None, "dependents_truncated": False,
+            "traceparent": row.traceparent, "tracestate": row.tracestate})
         return job
 
     def with_attempts(self, attempts: tuple[Attempt, ...]) -> "Job":
@@ -258,6 +264,7 @@ class Job:
             "progress": self.progress, "depends_on": list(self.depends_on),
             "on_parent_failure": self.on_parent_failure,
             "cancelled_by_parent": self.cancelled_by_parent,
+            "traceparent": self.traceparent, "tracestate": self.tracestate,
         }
         if self.parents is not None:
             out["parents"] = list(self.parents)

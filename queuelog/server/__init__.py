@@ -58,7 +58,7 @@ def _install(app: Flask, *, serving: bool) -> None:
     A server waits for a database that is restarting; a command says at once that it does
     not answer."""
     from queuelog.server import (auth, commands, errors, jsonout, longpoll, metrics,
-                                 retention, schedules, ui, wakeups)
+                                 retention, schedules, tracing, ui, wakeups)
     from queuelog.server import db
     from queuelog.server.api import admin, audit, producer, read, types, worker, workers
     from queuelog.server.api import schedules as schedules_api
@@ -67,7 +67,7 @@ def _install(app: Flask, *, serving: bool) -> None:
     jsonout.init_app(app)
     errors.init_app(app)
     db.init_app(app, waiting=serving)
-    for part in (metrics, auth, longpoll, wakeups):
+    for part in (metrics, auth, longpoll, wakeups, tracing):
         part.init_app(app)
     for blueprint in (producer.bp, worker.bp, admin.bp, read.bp, types.bp, audit.bp,
                       workers.bp, schedules_api.bp):

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from queuelog.client import Client, ClientError, ProblemError
 from queuelog.model.claimed import ClaimedJob
+from queuelog.model.tracecontext import carried
 from queuelog.worker import progress
 from queuelog.worker.answers import Answers
 from queuelog.worker.chain import Chained
@@ -125,6 +126,11 @@ class JobRun:
             env[progress.ENV] = self.progress.path
         if self.parents_path is not None:
             env[progress.PARENTS_ENV] = self.parents_path
+        # The producer's trace, handed on; never the runner's own, which no job belongs to.
+        env.pop("TRACEPARENT", None)
+        env.pop("TRACESTATE", None)
+        for name, value in carried(j.raw).items():
+            env[name.upper()] = value
         return env
 
     def _report(self, ended: str, code: int, proc: JobProcess,

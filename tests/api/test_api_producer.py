@@ -12,7 +12,7 @@ JOB_FIELDS = ["id", "type", "payload", "priority", "status", "attempt", "retry_c
               "max_retries", "idempotency_key", "producer", "worker_id", "run_at", "claimed_at",
               "lease_expires_at", "result", "created_at", "updated_at", "finished_at", "schedule",
               "scheduled_for", "progress", "depends_on", "on_parent_failure",
-              "cancelled_by_parent"]
+              "cancelled_by_parent", "traceparent", "tracestate"]
 
 
 @pytest.fixture

@@ -198,8 +198,8 @@ RANKS: list[tuple[str, ...]] = [
     (API, UI),                                   # views: parse, call actions, serialize
     (f"{SERVER}.schedules",),                    # the ticker: a caller of actions
     (ACTIONS,),                                  # THE gate
-    (f"{SERVER}.auth", f"{SERVER}.retention", f"{SERVER}.metrics", f"{SERVER}.longpoll",
-     f"{SERVER}.wakeups", f"{SERVER}.instance", f"{SERVER}.db"),
+    (f"{SERVER}.auth", f"{SERVER}.retention", f"{SERVER}.metrics", f"{SERVER}.tracing",
+     f"{SERVER}.longpoll", f"{SERVER}.wakeups", f"{SERVER}.instance", f"{SERVER}.db"),
     (f"{SERVER}.throttle", f"{SERVER}.errors", f"{SERVER}.config", f"{SERVER}.sanitize",
      f"{SERVER}.jsonout"),
     (STORE, f"{SERVER}.migrations"),

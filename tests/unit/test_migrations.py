@@ -86,8 +86,8 @@ def fill_every_state(store: Store) -> None:
     paused_types.create(store.engine)
     type_limits.create(store.engine)
     job_counts.create(store.engine)  # read with the limiter rows (running per type)
-    # Today's job statements read and write the columns schedules (0007), outcomes (0012)
-    # and workflows (0013) added: lent too.
+    # Today's job statements read and write the columns schedules (0007), outcomes (0012),
+    # workflows (0013) and trace context (0014) added: lent too.
     with store.engine.begin() as conn:
         for column in LENT_JOB_COLUMNS:
             conn.exec_driver_sql(f"ALTER TABLE jobs ADD COLUMN {column}")
@@ -117,7 +117,8 @@ def fill_every_state(store: Store) -> None:
 LENT_JOB_COLUMNS = ("schedule VARCHAR(100)", "scheduled_for BIGINT", "progress TEXT",
                     "watched BOOLEAN NOT NULL DEFAULT false", "depends_on TEXT",
                     "on_parent_failure VARCHAR(8)", "cancelled_by_parent BIGINT",
-                    "waiting_for INTEGER", "has_dependents BOOLEAN NOT NULL DEFAULT false")
+                    "waiting_for INTEGER", "has_dependents BOOLEAN NOT NULL DEFAULT false",
+                    "traceparent TEXT", "tracestate TEXT")
 
 
 def dump(url: str) -> dict[str, list[tuple[Any, ...]]]:

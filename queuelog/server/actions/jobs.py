@@ -10,7 +10,7 @@ from typing import Sequence
 
 from queuelog.model.jobs import Job, Priority, Status
 from queuelog.model.problems import Forbidden
-from queuelog.server import metrics
+from queuelog.server import metrics, tracing
 from queuelog.server.actions.gate import SYSTEM, gate, scope_of
 from queuelog.server.auth import Principal
 from queuelog.server.db import get_store
@@ -27,8 +27,10 @@ def enqueue(who: Principal, new: NewJob) -> tuple[Job, bool]:
     if refusals:
         raise Forbidden(refusals[0]["detail"])
     job, created = get_store().enqueue(_own(who, new))
-    if created:  # a replay is no new job: no count (and the store woke no one)
+    if created:  # a replay is no new job: no count (and the store woke no one), no span
         metrics.jobs_enqueued(job.type)
+        if tracing.ENABLED:
+            tracing.enqueued([job], who.name)
     return job, created
 
 
@@ -45,6 +47,8 @@ def enqueue_many(who: Principal, news: Sequence[NewJob]) -> tuple[list[Job], lis
     fresh = Counter(job.type for i, job in enumerate(jobs) if i not in skip)
     for job_type, n in fresh.items():
         metrics.jobs_enqueued(job_type, n)
+    if tracing.ENABLED:
+        tracing.enqueued([job for i, job in enumerate(jobs) if i not in skip], who.name)
     return jobs, replayed
 
 

@@ -10,7 +10,7 @@ from flask import current_app
 
 from queuelog.model.jobs import Done, Job
 from queuelog.model.problems import Forbidden, QueuelogError
-from queuelog.server import metrics
+from queuelog.server import metrics, tracing
 from queuelog.server.actions.gate import gate
 from queuelog.server.auth import Principal
 from queuelog.server.longpoll import PollResult, long_polls
@@ -75,6 +75,8 @@ def claim(who: Principal, max_jobs: int, *, lease_seconds: float | None = None,
     got = long_polls().claim(try_claim, wait, still_wanted, next_due)
     metrics.long_poll_waited(got.waited)  # a claim's time in the histogram is its work
     metrics.jobs_claimed(got.jobs)
+    if tracing.ENABLED:
+        tracing.claimed(got.jobs, who.name)
     return got
 
 
@@ -95,7 +97,7 @@ def complete(who: Principal, job_id: int, attempt: int, result_json: str | None,
     if then is not None:
         _claim_types(who, then.types)  # a 403 before the finish, never after it
     job = get_store().complete(job_id, who.name, attempt, result_json)
-    _finished([job], "completed")
+    _finished([job], "completed", who)
     return Finished(job, _then_claim(who, then, connected))
 
 
@@ -114,7 +116,7 @@ def complete_many(who: Principal, items: Sequence[tuple[int, int, str | None]],
     """Complete many held attempts; each item its job's new state or its refusal (only the
     jobs count)."""
     done = get_store().complete_many(who.name, items)
-    _finished(done, "completed")
+    _finished(done, "completed", who)
     return done
 
 
@@ -129,7 +131,7 @@ def fail(who: Principal, job_id: int, attempt: int, error: str, *, retry: bool =
         _claim_types(who, then.types)
     job = get_store().fail(job_id, who.name, attempt, error, retry=retry, retry_in=retry_in,
                            clean=_sanitizer())
-    _finished([job], "failed")
+    _finished([job], "failed", who)
     return Finished(job, _then_claim(who, then, connected))
 
 
@@ -139,7 +141,7 @@ def fail_many(who: Principal, items: Sequence[tuple[int, int, str, bool, float |
     """Fail many held attempts; each item a job or its refusal (only jobs count). An
     item's error text is sanitized only if its fencing passed: a stale item costs none."""
     done = get_store().fail_many(who.name, items, clean=_sanitizer())
-    _finished(done, "failed")
+    _finished(done, "failed", who)
     return done
 
 
@@ -149,9 +151,10 @@ def _sanitizer() -> Callable[[str], str]:
     return lambda text: sanitize_error(text, limit)
 
 
-def _finished(done: Sequence[Job | Done | QueuelogError], outcome: str) -> None:
-    """Count the attempts that ended (a retried fail is a ``failed`` attempt too), and
-    observe their run times."""
+def _finished(done: Sequence[Job | Done | QueuelogError], outcome: str,
+              who: Principal) -> None:
+    """Count the attempts that ended (a retried fail is a ``failed`` attempt too), observe
+    their run times, and trace them."""
     ended = [job for job in done if not isinstance(job, QueuelogError)]
     metrics.attempts_ran(ended, outcome)
     per_type: dict[str, int] = {}
@@ -159,3 +162,5 @@ def _finished(done: Sequence[Job | Done | QueuelogError], outcome: str) -> None:
         per_type[job.type] = per_type.get(job.type, 0) + 1
     for job_type, n in per_type.items():  # one counter write per type, not per job
         metrics.attempt_finished(job_type, outcome, n)
+    if tracing.ENABLED:
+        tracing.settled(ended, "complete" if outcome == "completed" else "fail", who.name)

@@ -9,6 +9,7 @@ from queuelog.server import actions
 from queuelog.server.auth import Principal, current_user, require
 from queuelog.model.problems import ValidationFailed
 from queuelog.model.jobs import Priority
+from queuelog.model.tracecontext import from_headers
 from queuelog.server.store import Item, NewJob
 from queuelog.server.requests.bodies import IDEMPOTENCY_KEY, IDEMPOTENCY_KEY_RULE
 from queuelog.server.requests.check import FieldErrors, body, declared, field_errors, given
@@ -31,7 +32,7 @@ def enqueue() -> Any:
         errors.append({"field": "idempotency_key",
                        "detail": "Differs from the Idempotency-Key header."})
     who = current_user()
-    new = parse_new_job(data, who, "", errors, header)
+    new = parse_new_job(data, who, "", errors, header, trace=_trace())
     field_errors(errors)
     job, created = actions.enqueue(who, new)  # 403 past the key's limits
     # The path of read.get_job, written out: url_for built a URL adapter for it on every
@@ -56,12 +57,13 @@ def enqueue_batch() -> Any:
     items = data["jobs"] if not errors.exactly("jobs", "") else []
     who = current_user()
     config = current_app.config
+    trace = _trace()  # one request, one trace context: every item keeps it
     news: list[NewJob | None] = []
     first_use: dict[str, int] = {}
     for i, item in enumerate(items):
         prefix = f"jobs[{i}]"
-        news.append(parse_new_job(item, who, prefix, errors, config=config) if isinstance(
-            item, dict) else None)
+        news.append(parse_new_job(item, who, prefix, errors, config=config, trace=trace)
+                    if isinstance(item, dict) else None)
         key = item.get("idempotency_key") if isinstance(item, dict) else None
         if isinstance(key, str):
             if key in first_use:
@@ -84,10 +86,12 @@ def cancel(job_id: int) -> Any:
 
 def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: FieldErrors,
                   header_key: str | None = None,
-                  config: Mapping[str, Any] | None = None) -> NewJob | None:
+                  config: Mapping[str, Any] | None = None,
+                  trace: tuple[str | None, str | None] = (None, None)) -> NewJob | None:
     """A checked enqueue body as a NewJob; what no schema states goes to ``errors``
     (payload size per type, 422). The key's limits are ``actions.enqueue``'s (403).
-    ``config``: the app's, looked up once by a batch for all its items."""
+    ``config``: the app's, looked up once by a batch for all its items; ``trace``: the
+    request's (traceparent, tracestate), checked."""
     config = current_app.config if config is None else config
     payload_at = f"{prefix}.payload" if prefix else "payload"
     job_type = data.get("type")
@@ -117,7 +121,8 @@ def parse_new_job(data: dict[str, Any], who: Principal, prefix: str, errors: Fie
     return NewJob(producer=who.name, type=job_type, payload_json=payload_json or "{}",
                   priority=int(priority), max_retries=max_retries, run_at=run_at_us,
                   delay_seconds=delay, idempotency_key=key, depends_on=parents,
-                  on_parent_failure=given(data, "on_parent_failure"))
+                  on_parent_failure=given(data, "on_parent_failure"),
+                  traceparent=trace[0], tracestate=trace[1])
 
 
 def _parents(given_: Any, prefix: str, errors: FieldErrors) -> tuple[Any, ...] | None:
@@ -135,6 +140,15 @@ def _parents(given_: Any, prefix: str, errors: FieldErrors) -> tuple[Any, ...] |
         else:
             out.append(parent)
     return tuple(out)
+
+
+def _trace() -> tuple[str | None, str | None]:
+    """The request's W3C trace context, checked; what is invalid is dropped, not refused
+    (the spec: a receiver that cannot parse ``traceparent`` starts afresh)."""
+    headers = request.headers
+    if "traceparent" not in headers:
+        return None, None  # the common case: no list built
+    return from_headers(headers.getlist("traceparent"), headers.getlist("tracestate"))
 
 
 def _header_key(errors: FieldErrors) -> str | None:

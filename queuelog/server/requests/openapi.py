@@ -109,6 +109,10 @@ def _job_schemas() -> JSON:
         "on_parent_failure": {"type": "string", "enum": ["cancel", "run"]},
         "cancelled_by_parent": {"type": ["integer", "null"], "description":
                                 "The parent whose failure cancelled it, else null."},
+        "traceparent": {"type": ["string", "null"], "description":
+                        "The enqueue's W3C `traceparent` header, if valid, else null."},
+        "tracestate": {"type": ["string", "null"], "description":
+                       "The enqueue's `tracestate` (with a valid `traceparent`), else null."},
         "parents": {"type": "array", "items": _ref("Parent"), "description":
                     "On a claimed job with parents: each, in depends_on order."},
         "dependents": {"type": "array", "items": _int(1, MAX_JOB_ID), "description":
@@ -343,6 +347,13 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
     key_header = {"name": "Idempotency-Key", "in": "header", "schema": {
         "type": "string", "pattern": KEY_HEADER}, "description":
         "The idempotency key, bare or as a structured-field string; must agree with the body's."}
+    # No pattern: an invalid trace context is ignored (the W3C spec), never a 422.
+    trace = [{"name": "traceparent", "in": "header", "schema": {"type": "string"},
+              "description": "W3C Trace Context; kept on every job created when valid "
+                             "(version 00 format), else ignored."},
+             {"name": "tracestate", "in": "header", "schema": {"type": "string"},
+              "description": "W3C Trace Context; kept only with a valid `traceparent`, "
+                             "at most 512 characters."}]
     follow = _links("GetJob", "CancelJob", "ClaimJob")
     enqueued = {
         "201": _json(job, "Created.", {"Location": location}, follow),
@@ -356,7 +367,7 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
     return {
         "/jobs": {
             "post": _op("enqueue", "Enqueue a job", producers, enqueued, *WRITE, 409, 422,
-                        rules=IDEMPOTENT, parameters=[key_header],
+                        rules=IDEMPOTENT, parameters=[key_header, *trace],
                         requestBody=_body("NewJob")),
             "get": _op("listJobs", "List jobs, newest first", READERS,
                        {"200": _json(_ref("JobPage"), "One page.")}, 400, 401, 403, 422,
@@ -371,7 +382,7 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
                                   parameters=[JOB_ID, *_query(waiting)])},
         "/jobs/batch": {"post": _op("enqueueBatch", "Enqueue many jobs, all or nothing",
                                     producers, batch, *WRITE, 409, 422, rules=BATCH,
-                                    requestBody=_body("NewJobBatch"))},
+                                    parameters=trace, requestBody=_body("NewJobBatch"))},
         "/jobs/{id}/cancel": _verb("cancel", "Cancel a pending or running job",
                                    "its producer, admin",
                                    None, security=ANY_AUTH),

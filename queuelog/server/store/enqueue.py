@@ -28,7 +28,7 @@ _BY_KEYS = select(jobs).where(jobs.c.producer == bindparam("producer"),
 # The columns a new job's row sets (``Enqueue._values``), in order.
 _NEW_COLUMNS = ("type", "payload", "priority", "status", "attempt", "retry_count",
                 "max_retries", "idempotency_key", "request_hash", "producer", "run_at",
-                "created_at", "updated_at")
+                "created_at", "updated_at", "traceparent", "tracestate")
 _INSERT = insert(jobs).values({c: bindparam(c) for c in _NEW_COLUMNS}).returning(*jobs.c)
 # A new job's row as ``RETURNING *`` gives it (``_rows``): every column, NULL where none
 # was sent.
@@ -63,6 +63,9 @@ class NewJob:
     depends_on: tuple[Any, ...] = ()
     on_parent_failure: str | None = None
     parents_scope: Scope | None = None
+    # W3C trace context from the request's headers, checked (model.tracecontext).
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 class Item(NamedTuple):
@@ -264,4 +267,5 @@ def new_row(new: NewJob, now: int) -> dict[str, Any]:
             "status": Status.PENDING.value, "attempt": 0, "retry_count": 0,
             "max_retries": new.max_retries, "idempotency_key": new.idempotency_key,
             "request_hash": new.request_hash, "producer": new.producer,
-            "run_at": run_at, "created_at": now, "updated_at": now}
+            "run_at": run_at, "created_at": now, "updated_at": now,
+            "traceparent": new.traceparent, "tracestate": new.tracestate}

@@ -30,7 +30,8 @@ LEASE_EXPIRED_ERROR = "lease expired"
 Item = tuple[int, int, "str | None"]  # a complete's (id, attempt, result JSON)
 # The columns a batch complete returns: what its answer, its counts and ``settled`` read,
 # and the attempt's claim and end (its run time in the metrics; model.jobs.Done).
-DONE_COLUMNS = "id, type, status, watched, has_dependents, claimed_at, finished_at"
+DONE_COLUMNS = ("id, type, status, watched, has_dependents, claimed_at, finished_at, "
+                "traceparent")
 _FINISHED = frozenset(s.value for s in FINISHED)
 
 

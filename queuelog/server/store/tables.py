@@ -50,6 +50,9 @@ jobs = Table(
     Column("cancelled_by_parent", BigInteger),
     Column("waiting_for", Integer),
     Column("has_dependents", Boolean, nullable=False, server_default=false()),
+    # W3C trace context from the enqueue's headers, checked (migration 0014); NULL: none.
+    Column("traceparent", Text),
+    Column("tracestate", Text),
     # V-09: a key is unique per producer, not across producers.
     UniqueConstraint("producer", "idempotency_key", name="uq_jobs_producer_idempotency"),
     # SQLite reuses the highest rowid once that row is deleted; AUTOINCREMENT never
