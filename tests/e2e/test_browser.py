@@ -550,7 +550,8 @@ def test_every_page_fits_the_screen_and_passes_axe(live: Live, browser: Any, siz
 def test_at_1366_px_every_column_header_is_seen(live: Live, browser: Any) -> None:
     """The other common laptop width, on the pages with the widest tables (the admin's, who
     has the most columns and buttons): each header and button whole and on top, as in the
-    walk above at 1280 px, and no sideways scroll."""
+    walk above at 1280 px, and no sideways scroll; and the types page with a "Change limits"
+    form open at both laptop widths."""
     context = browser.new_context(http_credentials=ADMIN, viewport=LAPTOP)
     try:
         page = context.new_page()
@@ -559,6 +560,12 @@ def test_at_1366_px_every_column_header_is_seen(live: Live, browser: Any) -> Non
             page.goto(live.base + path)
             got = page.evaluate(LAYOUT)
             assert got["page"] <= LAPTOP["width"] and got["problems"] == [], (path, got)
+        for size in (LAPTOP, DESKTOP):  # an admin's open "Change limits" form pushes nothing out
+            page.set_viewport_size(size)
+            page.goto(live.base + "/ui/types")
+            page.locator("table.types summary").first.click()
+            got = page.evaluate(LAYOUT)
+            assert got["problems"] == [], (size, got)
     finally:
         context.close()
 
