@@ -325,7 +325,7 @@ def _walk(client: Any, headers: dict[str, str], url: str, link: str) -> list[lis
     pages = []
     while url:
         html = client.get(url, headers=headers).text
-        pages.append([int(i) for i in re.findall(r'<td><a href="/ui/jobs/\d+">#(\d+)</a>', html)])
+        pages.append([int(i) for i in re.findall(r'<td[^>]*><a href="/ui/jobs/\d+">#(\d+)</a>', html)])
         found = re.search(rf'<a rel="{link}" href="([^"]+)"', html)
         url = found.group(1).replace("&amp;", "&") if found else ""
     return pages
@@ -396,7 +396,7 @@ def test_counts_show_every_status_and_stop_at_the_cap(client: Any, store: Store,
                      r'<strong>1</strong>', html)
     listed_blocked = client.get("/ui/?status=blocked", headers=viewer).text
     assert '<option value="blocked" selected>' in listed_blocked
-    assert re.findall(r'<td><a href="/ui/jobs/(\d+)">', listed_blocked) == [
+    assert re.findall(r'<td[^>]*><a href="/ui/jobs/(\d+)">', listed_blocked) == [
         str(seeded["blocked"])]
     assert '<span class="badge st-blocked">blocked</span>' in listed_blocked
 
@@ -413,7 +413,7 @@ def test_the_jobs_page_names_its_parts_for_screen_readers_and_keyboards(
                      html)
     # the scheduled mark sits in the status cell, which phones still show
     assert re.search(r'badge st-pending[^<]*</span> <span class="tag st-scheduled">', html)
-    row_links = re.findall(r'<td><a href="/ui/jobs/\d+"( tabindex="-1")?>', html)
+    row_links = re.findall(r'<td[^>]*><a href="/ui/jobs/\d+"( tabindex="-1")?>', html)
     assert row_links == ["", ' tabindex="-1"']  # the id is a stop, the type is not
     bad = client.get("/ui/jump?id=abc", headers=viewer, follow_redirects=True).text
     assert re.search(r'class="flash flash-error" role="alert"', bad)
@@ -423,7 +423,7 @@ def test_scheduled_filter_lists_future_pending_jobs(client: Any, store: Store, c
                                                     seeded: dict[str, int],
                                                     viewer: dict[str, str]) -> None:
     html = client.get("/ui/?status=scheduled", headers=viewer).text
-    assert re.findall(r'<td><a href="/ui/jobs/\d+">#(\d+)</a>', html) == [str(seeded["scheduled"])]
+    assert re.findall(r'<td[^>]*><a href="/ui/jobs/\d+">#(\d+)</a>', html) == [str(seeded["scheduled"])]
     clock.advance(3601)  # now due: no longer scheduled
     assert "No jobs match" in client.get("/ui/?status=scheduled", headers=viewer).text
 
@@ -453,12 +453,18 @@ def test_chart_svg_scales_to_the_busiest_minute(store: Store) -> None:
     tallest = chart.bars[10]
     assert tallest.failed_y == pytest.approx(8 + (150 - 8 - 20) * (1 - 7 / 10))
     assert "6 completed, 1 failed" in tallest.title
+    narrow = minute_chart(series, 400, 190)  # the phone's: the same hour in a narrower box
+    assert (narrow.width, len(narrow.bars), narrow.x_ticks[-1].x) == (400, 60, 400)
+    assert narrow.bars[-1].x + narrow.bars[-1].width <= 400 < chart.bars[-1].x
     assert [nice_ceiling(v) for v in (0, 1, 3, 7, 11, 5000)] == [1, 1, 5, 10, 20, 5000]
 
 
 def test_chart_on_the_page(client: Any, seeded: dict[str, int], viewer: dict[str, str]) -> None:
     html = client.get("/ui/", headers=viewer).text
-    assert html.count('<rect class="hit"') == 60
+    # the whole hour twice: the wide chart, and the phone's (the stylesheet shows one)
+    wide, narrow = html.split('<svg class="chart ')[1:]
+    assert wide.startswith("wide") and narrow.startswith("narrow")
+    assert wide.count('<rect class="hit"') == narrow.split("</svg>")[0].count('<rect class="hit"') == 60
     assert '<rect class="completed"' in html and '<rect class="failed"' in html
     assert "1 completed, 2 failed" in html  # the seeded minute, in the bar's title
 
@@ -653,7 +659,7 @@ def test_a_retried_pending_job_is_not_shown_as_held(client: Any, store: Store,
     assert "Last worker" in page and "(not held now)" in page and "Last claimed" in page
     assert "<dt>Worker</dt>" not in page
     listing = client.get("/ui/", headers=admin_user).text
-    row = re.search(rf'<tr>\s*<td><a href="/ui/jobs/{job_id}">.*?</tr>', listing, re.S)
+    row = re.search(rf'<tr>\s*<td[^>]*><a href="/ui/jobs/{job_id}">.*?</tr>', listing, re.S)
     assert row and "mailer-1" not in row.group(0)
     run(store, "running")  # claimed again: now it is held
     assert "<dt>Worker</dt><dd>mailer-1</dd>" in client.get(f"/ui/jobs/{job_id}",
@@ -686,7 +692,7 @@ def test_duration_format(us: int, text: str) -> None:
 # -- search, filters, refusals as pages ------------------------------------------------------
 def listed(html: str) -> list[int]:
     """The job ids in the jobs table of a /ui/ page, in order."""
-    return [int(i) for i in re.findall(r'<td><a href="/ui/jobs/(\d+)">#', html)]
+    return [int(i) for i in re.findall(r'<td[^>]*><a href="/ui/jobs/(\d+)">#', html)]
 
 
 def test_search_finds_a_job_by_id(client: Any, seeded: dict[str, int],

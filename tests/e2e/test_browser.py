@@ -125,7 +125,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     folder = tmp_path_factory.mktemp("live")
     app = create_app({"DATABASE_URL": f"sqlite:///{folder}/queuelog.sqlite3",
                       "SECRET_KEY": "browser-test", "BOOTSTRAP_ADMIN": False,
-                      "SQLITE_SYNCHRONOUS": "OFF", "AUTH_CACHE_SECONDS": 60})
+                      "SQLITE_SYNCHRONOUS": "OFF", "AUTH_CACHE_SECONDS": 60,
+                      # a row in the schedules table, whose columns the page walk checks
+                      "SCHEDULES": {"nightly-report": {"cron": "0 3 * * *", "type": "pdf",
+                                                       "timezone": "Europe/Berlin"}}})
     store: Store = app.extensions["queuelog.store"]
     clock = SteppedClock(store.clock() - 3600 * 1_000_000)
     store.clock = clock
@@ -399,6 +402,7 @@ def axe_script() -> pathlib.Path | None:
     return target
 PHONE = {"width": 390, "height": 844}
 DESKTOP = {"width": 1280, "height": 900}
+LAPTOP = {"width": 1366, "height": 768}
 
 
 def every_page(live: Live, page: Any) -> list[str]:
@@ -417,7 +421,65 @@ def shot_name(who: str, width: int, path: str) -> str:
     return f"{who}-{width}-{re.sub(r'[^a-z0-9]+', '_', path.lower()).strip('_') or 'root'}.png"
 
 
-LAYOUT = """() => {
+# Seen, not only laid out: each column's header text on screen and on top (not clipped by its
+# scroll box, nor under another cell; at phone width, where rows are stacked, each cell of the
+# first row carries its column's header as its "label" from data-label), and the chart's
+# first and newest minutes on screen. Points are hit-tested with elementFromPoint after the
+# window (never a scroll box) is scrolled to them.
+SEEN = """
+const seen = () => {
+    const view = window.innerWidth, out = [];
+    const norm = t => t.replace(/\\s+/g, ' ').trim().toLowerCase();
+    const label = th => { const c = th.cloneNode(true);
+        c.querySelectorAll('.sr-only').forEach(e => e.remove()); return norm(c.textContent); };
+    const visible = (el, what, owner) => {  // el's box whole on screen and hit at 3 points
+        window.scrollTo(0, el.getBoundingClientRect().top + window.scrollY - 200);
+        const r = el.getBoundingClientRect(), box = el.closest('.scroll, .chart-box');
+        const b = box ? box.getBoundingClientRect() : {left: 0, right: view};
+        if (r.width < 1 || r.height < 1) return out.push(what + ': not shown');
+        if (r.left < Math.max(0, b.left) - 0.5 || r.right > Math.min(view, b.right) + 0.5)
+            return out.push(what + ': cut off at ' + Math.round(r.left) + '..' + Math.round(r.right));
+        for (const x of [r.left + 2, (r.left + r.right) / 2, r.right - 2]) {
+            const hit = document.elementFromPoint(x, (r.top + r.bottom) / 2);
+            if (!hit || !(owner || el).contains(hit))
+                return out.push(what + ': covered by ' + (hit ? hit.outerHTML.slice(0, 60) : 'nothing'));
+        }
+    };
+    for (const t of document.querySelectorAll('table')) {
+        const heads = [...t.querySelectorAll('thead tr:first-child th')];
+        const rows = [...t.querySelectorAll('tbody tr')];
+        const stacked = rows.length && getComputedStyle(rows[0]).display !== 'table-row';
+        heads.forEach((th, i) => {
+            const name = label(th);
+            if (!name) return;  // a header for screen readers only (the buttons' column)
+            // stacked: the column's first cell that has something to show (an empty one is left out)
+            const cell = stacked ? rows.map(r => r.cells[i]).find(c => c.childNodes.length) : th;
+            if (!cell) return;  // stacked, and no row has anything in this column
+            if (getComputedStyle(cell).display === 'none') {
+                if (!th.classList.contains('opt')) out.push(t.className + ' ' + name + ': hidden');
+                return;  // .opt: a column phones do without
+            }
+            if (stacked) {
+                const shown = norm(getComputedStyle(cell, '::before').content.replace(/^"|"$/g, ''));
+                if (shown !== name) out.push(t.className + ' ' + name + ': its cells read ' + shown);
+            }
+            visible(cell, t.className + ' ' + name);
+        });
+        if (!stacked && rows.length)  // and a row's controls (the types' Pause button) whole
+            for (const el of rows[0].querySelectorAll('button, summary'))
+                if (!el.closest('details:not([open]) > :not(summary)')) visible(el, t.className + ' ' + el.textContent.trim());
+    }
+    for (const c of document.querySelectorAll('svg.chart')) {
+        if (c.getBoundingClientRect().width === 0) continue;
+        const bars = c.querySelectorAll('g.bar');
+        visible(bars[0].querySelector('.hit'), 'first minute', bars[0]);
+        visible(bars[bars.length - 1].querySelector('.hit'), 'newest minute', bars[bars.length - 1]);
+    }
+    window.scrollTo(0, 0);
+    return out;
+};
+"""
+LAYOUT = """() => {""" + SEEN + """
     const view = window.innerWidth, out = [];
     for (const el of document.querySelectorAll('button, a.button, select, input')) {
         if (el.type === 'hidden' || el.closest('[hidden]')) continue;
@@ -434,9 +496,10 @@ LAYOUT = """() => {
         const a = links[i - 1], b = links[i];
         if (Math.abs(a.top - b.top) < 4 && b.left - a.right < 8) out.push('header items touch: ' + i);
     }
-    const chart = document.querySelector('svg.chart');
-    if (chart && chart.getBoundingClientRect().height < 90) out.push('chart squashed');
-    return {page: document.documentElement.scrollWidth, view: view, problems: out};
+    const charts = [...document.querySelectorAll('svg.chart')].filter(c => c.getBoundingClientRect().width > 0);
+    if (document.querySelector('svg.chart') && charts.length !== 1) out.push('charts shown: ' + charts.length);
+    for (const c of charts) if (c.getBoundingClientRect().height < 90) out.push('chart squashed');
+    return {page: document.documentElement.scrollWidth, view: view, problems: out.concat(seen())};
 }"""
 
 
@@ -484,6 +547,29 @@ def test_every_page_fits_the_screen_and_passes_axe(live: Live, browser: Any, siz
     assert found == {}
 
 
+def test_at_1366_px_every_column_header_is_seen(live: Live, browser: Any) -> None:
+    """The other common laptop width, on the pages with the widest tables (the admin's, who
+    has the most columns and buttons): each header and button whole and on top, as in the
+    walk above at 1280 px, and no sideways scroll; and the types page with a "Change limits"
+    form open at both laptop widths."""
+    context = browser.new_context(http_credentials=ADMIN, viewport=LAPTOP)
+    try:
+        page = context.new_page()
+        for path in ("/ui/types", "/ui/?status=failed", "/ui/schedules", "/ui/workers",
+                     "/ui/audit", f"/ui/jobs/{live.ids['failed'][0]}"):
+            page.goto(live.base + path)
+            got = page.evaluate(LAYOUT)
+            assert got["page"] <= LAPTOP["width"] and got["problems"] == [], (path, got)
+        for size in (LAPTOP, DESKTOP):  # an admin's open "Change limits" form pushes nothing out
+            page.set_viewport_size(size)
+            page.goto(live.base + "/ui/types")
+            page.locator("table.types summary").first.click()
+            got = page.evaluate(LAYOUT)
+            assert got["problems"] == [], (size, got)
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop"])
 def test_the_job_page_links_its_workflow_both_ways_on_screen(live: Live, browser: Any,
                                                               size: dict[str, int]) -> None:
@@ -516,7 +602,8 @@ def test_the_job_page_links_its_workflow_both_ways_on_screen(live: Live, browser
 
 
 def test_types_pause_buttons_are_on_screen_at_phone_width(live: Live, browser: Any) -> None:
-    """The buttons stay at the right edge of the table's box, not 700 px to the right."""
+    """The buttons are on screen (the last line of each type's stacked row), not 700 px to
+    the right in a box that scrolls."""
     context = browser.new_context(http_credentials=ADMIN, viewport=PHONE)
     try:
         page = context.new_page()

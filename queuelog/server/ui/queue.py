@@ -15,7 +15,7 @@ from queuelog.model.problems import JobNotFound, WrongState
 from queuelog.server import actions
 from queuelog.server.auth import Principal, current_user, require
 from queuelog.server.requests.bodies import DASHBOARD_STATUSES, PRIORITIES, SCHEDULED
-from queuelog.server.ui.charts import minute_chart
+from queuelog.server.ui.charts import NARROW_HEIGHT, NARROW_WIDTH, minute_chart
 from queuelog.server.ui.filters import PAGE_SIZE, BadFilter, parse_filters, prio_value, read
 from queuelog.server.ui.helpers import check_form, error_page
 
@@ -44,7 +44,8 @@ def index() -> Any:
     return render_template(
         "ui/index.html", filters=filters, types=types, statuses=DASHBOARD_STATUSES,
         priorities=PRIORITIES, counts=head.counts, cap=config["COUNT_CAP"],
-        chart=minute_chart(head.chart), jobs=page.jobs, older=page.older, newer=page.newer,
+        chart=minute_chart(head.chart),
+        narrow_chart=minute_chart(head.chart, NARROW_WIDTH, NARROW_HEIGHT), jobs=page.jobs, older=page.older, newer=page.newer,
         now=actions.dashboard(who), bulk=_bulk_offer(f, who))
 
 
