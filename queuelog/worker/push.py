@@ -25,6 +25,7 @@ from queuelog.worker.verdict import Verdict, of_answer, of_failure
 
 DEFAULT_TIMEOUT = 30.0  # seconds a delivery may take (CONTRACT)
 READ_LIMIT = 1 << 20    # a larger answer is not a result: only its start is kept
+ABANDON_SECONDS = 1.0   # how long past --timeout an abandoned request may hold its socket
 
 
 class SecretError(ValueError):
@@ -53,8 +54,10 @@ class PushTarget:
         # Its own client: the runner's (with its Authorization header) never talks to it.
         verify: ssl.SSLContext | bool = ssl.create_default_context(cafile=ca_file) \
             if ca_file else True
+        # The job's thread ends a delivery at ``timeout`` (outcome timed-out, as a command's);
+        # httpx's own timeout, a little later, only ends the abandoned request.
         self.http = httpx.Client(
-            timeout=timeout, verify=verify, follow_redirects=False,
+            timeout=timeout + ABANDON_SECONDS, verify=verify, follow_redirects=False,
             limits=httpx.Limits(max_connections=concurrency,
                                 max_keepalive_connections=concurrency),
             headers={"User-Agent": f"queuelog/{__version__}",
