@@ -18,7 +18,6 @@ from typing import Any
 import httpx
 from standardwebhooks import Webhook
 
-from queuelog import __version__
 from queuelog.model.claimed import ClaimedJob
 from queuelog.worker.job import JobRun, NextBody
 from queuelog.worker.verdict import Verdict, of_answer, of_failure
@@ -60,7 +59,7 @@ class PushTarget:
             timeout=timeout + ABANDON_SECONDS, verify=verify, follow_redirects=False,
             limits=httpx.Limits(max_connections=concurrency,
                                 max_keepalive_connections=concurrency),
-            headers={"User-Agent": f"queuelog/{__version__}",
+            headers={"User-Agent": "queuelog-push",
                      "Content-Type": "application/json"})
 
     def close(self) -> None:
