@@ -113,8 +113,8 @@ def _job_schemas() -> JSON:
                     "On a claimed job with parents: each, in depends_on order."},
         "dependents": {"type": "array", "items": _int(1, MAX_JOB_ID), "description":
                        "On GET /jobs/{id}: the jobs that depend on it (at most 100)."},
-        "dependents_truncated": {"const": True,
-                                 "description": "Present when more than 100 depend on it."},
+        "dependents_truncated": {"type": "boolean", "description":
+                                 "Present (true) when more than 100 depend on it."},
         "attempts": {"type": "array", "items": _ref("Attempt"),
                      "description": "The attempt history; on GET /jobs/{id} only."},
     }

@@ -16,7 +16,7 @@ from queuelog.model.jobs import Job, Status
 from queuelog.model.problems import Conflict, IdempotencyMismatch, ValidationFailed
 from queuelog.server.store.engine import to_us
 from queuelog.server.store.flows import Flows, verdict
-from queuelog.server.store.reads import Scope, scope_conditions
+from queuelog.server.store.reads import Scope
 from queuelog.server.store.prepared import Prepared, row_class
 from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import jobs
@@ -78,9 +78,10 @@ class Enqueue(Part):
         super().__init__(ctx)
         self.flows = flows
         sa_dialect = self.engine.dialect
-        self._by_key, self._by_keys, self._insert_job = (
+        self._by_key, self._by_keys, self._insert_job, self._insert_linked_row = (
             Prepared(q, sa_dialect)
-            for q in (_BY_KEY, _BY_KEYS, self.notifier.notifying(_INSERT)))
+            for q in (_BY_KEY, _BY_KEYS, self.notifier.notifying(_INSERT), _INSERT_LINKED))
+        self._mark = {own: Prepared(q, sa_dialect) for own, q in _MARK.items()}
         # A batch's rows in one statement of one shape, whatever its size. (SQLAlchemy's
         # executemany with RETURNING in parameter order ran a statement per row on SQLite:
         # measured, half of a 100-job batch's time.)
@@ -205,7 +206,7 @@ class Enqueue(Part):
                 if any(isinstance(p, Item) and out[p.n] is None for p in new.depends_on):
                     continue  # an earlier item it names was refused: said there
                 ids = [out[p.n].id if isinstance(p, Item) else p for p in new.depends_on]
-                found = {r.id: r for r in conn.execute(_marking(ids, new.parents_scope))}
+                found = {r.id: r for r in self._mark_parents(conn, ids, new.parents_scope)}
                 where = f"jobs[{i}].depends_on" if batch else "depends_on"
                 missing = [{"field": f"{where}[{k}]", "detail": "No such job, or not yours."}
                            for k, job_id in enumerate(ids) if job_id not in found]
@@ -217,7 +218,7 @@ class Enqueue(Part):
                               finished_at=now if by is not None else None,
                               depends_on=jsontext.dumps(ids),
                               on_parent_failure=new.on_parent_failure)
-            out[i] = conn.execute(insert(jobs).values(values).returning(*jobs.c)).one()
+            out[i] = self._insert_linked_row.rows(conn, {**_NO_LINKS, **values})[0]
             if new.depends_on:
                 self.flows.link(conn, [out[i].id], [ids])
         if errors:
@@ -228,15 +229,30 @@ class Enqueue(Part):
         self.on_jobs_written()
 
 
+    def _mark_parents(self, conn: Connection, ids: Sequence[int],
+                      scope: Scope | None) -> list[Any]:
+        """The parents marked ``has_dependents`` (their rows locked, on PostgreSQL), within
+        what the caller may read (a producer: its own): (id, status) of each found."""
+        params: dict[str, Any] = {"ids": list(dict.fromkeys(ids))}
+        own = scope is not None and scope.producer is not None
+        if own:
+            params["scope_producer"] = scope.producer  # type: ignore[union-attr]
+        return self._mark[own].rows(conn, params)
+
+
 MAX_SHOWN_ERRORS = 100  # a 422 lists at most this many errors (the contract's cap)
-
-
-def _marking(ids: Sequence[int], scope: Scope | None) -> Any:
-    """The parents marked ``has_dependents`` (their rows locked, on PostgreSQL), within
-    what the caller may read: (id, status) of each found."""
-    cond = scope_conditions(scope) if scope is not None else []
-    return (update(jobs).where(jobs.c.id.in_(list(dict.fromkeys(ids))), *cond)
-            .values(has_dependents=True).returning(jobs.c.id, jobs.c.status))
+# A batch's job that has parents, or is among jobs that do: every column it may set.
+_LINK_COLUMNS = ("depends_on", "on_parent_failure", "waiting_for", "cancelled_by_parent",
+                 "finished_at")
+_NO_LINKS = dict.fromkeys(_LINK_COLUMNS)
+_INSERT_LINKED = (insert(jobs).values({c: bindparam(c) for c in _NEW_COLUMNS + _LINK_COLUMNS})
+                  .returning(*jobs.c))
+# Parents marked, by whether the caller is a producer (its own jobs only) or an admin.
+_MARK = {own: (update(jobs).where(jobs.c.id.in_(bindparam("ids", expanding=True)),
+                                  *([jobs.c.producer == bindparam("scope_producer")]
+                                    if own else []))
+               .values(has_dependents=True).returning(jobs.c.id, jobs.c.status))
+         for own in (False, True)}
 
 
 def new_row(new: NewJob, now: int) -> dict[str, Any]:

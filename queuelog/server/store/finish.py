@@ -111,12 +111,24 @@ class Finishing(Part):
             self.settled(conn, rows, told=told)
         if not alone or len(rows) == len(items):
             return list(rows)
-        done = {r.id for r in rows}
+        linked = self._held_with_dependents(worker, items, {r.id for r in rows})
+        if not linked:
+            return list(rows)  # the rest were refused: stale, not held, not running
         with self._write.begin() as conn:  # jobs with dependents: released with their finish
-            more, told = self._complete_rows(conn, self.clock(), worker,
-                                             [i for i in items if i[0] not in done], full=full)
+            more, told = self._complete_rows(conn, self.clock(), worker, linked, full=full)
             self.settled(conn, more, told=told)
         return [*rows, *more]
+
+    def _held_with_dependents(self, worker: str, items: Sequence[Item],
+                              done: set[int]) -> list[Item]:
+        """The items a plain complete left that are held at their attempt and have
+        dependents: those go again, in a transaction; the others were refused."""
+        rest = [i for i in items if i[0] not in done]
+        with self._read.connect() as conn:
+            now = {r.id: r for r in self._by_ids.rows(conn, {"ids": [i[0] for i in rest]})}
+        return [i for i in rest if (r := now.get(i[0])) is not None and r.has_dependents
+                and r.status == Status.RUNNING.value and r.worker_id == worker
+                and r.attempt == i[1]]
 
     def complete_many(self, worker: str, items: Sequence[Item]) -> list[Done | QueuelogError]:
         """Complete many held jobs (id, attempt, result JSON; ids distinct) at once, each

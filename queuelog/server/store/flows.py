@@ -43,6 +43,7 @@ CANCEL_BY = (update(jobs).where(jobs.c.id.in_(b("ids", expanding=True)), _BLOCKE
              .values(status=Status.CANCELLED.value, cancelled_by_parent=b("parent"),
                      finished_at=b("now"), updated_at=b("now"))
              .returning(*jobs.c))
+LINK = job_dependencies.insert()
 DEPENDENTS = (select(job_dependencies.c.parent_id, job_dependencies.c.child_id)
               .where(job_dependencies.c.parent_id.in_(b("ids", expanding=True)))
               .order_by(job_dependencies.c.child_id))
@@ -80,7 +81,7 @@ class Flows(Part):
         rows = [{"parent_id": p, "child_id": c} for c, ps in zip(child_ids, parents)
                 for p in dict.fromkeys(ps)]
         if rows:
-            conn.execute(job_dependencies.insert(), rows)
+            conn.execute(LINK, rows)
 
     def release(self, conn: Connection, now: int, rows: Iterable[Any]) -> bool:
         """Count finished ``rows`` (with ``has_dependents``) in their dependents' waits:
