@@ -57,7 +57,9 @@ class PushTarget:
         # httpx's own timeout, a little later, only ends the abandoned request.
         self.http = httpx.Client(
             timeout=timeout + ABANDON_SECONDS, verify=verify, follow_redirects=False,
-            limits=httpx.Limits(max_connections=concurrency,
+            # Room beside the slots' connections for requests abandoned (a lost lease) and
+            # still open until their timeout: the next job does not wait for the pool.
+            limits=httpx.Limits(max_connections=2 * concurrency,
                                 max_keepalive_connections=concurrency),
             headers={"User-Agent": "queuelog-push",
                      "Content-Type": "application/json"})

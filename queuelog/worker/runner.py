@@ -70,7 +70,8 @@ class Runner:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        prepare()  # the reaper and the death signal's wrapper: not in the first job's time
+        if self.settings.target is None:  # --post starts no process: no reaper to start
+            prepare()  # the reaper and the death signal's wrapper: not in the first job's time
         # Two pollers: while one claim is in flight, slots freed meanwhile can be claimed by
         # the other. An idle runner has one long poll open: the first reserves every slot.
         pollers = [threading.Thread(target=self._poll, name=f"queuelog-poller-{n}",

@@ -12,6 +12,8 @@ import http.server
 import json
 import signal
 import socketserver
+import ssl
+import subprocess
 import threading
 import time
 from typing import Any, Iterator
@@ -28,7 +30,7 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 class Receiver:
     """A push target on 127.0.0.1: answers as each job's payload says, records everything."""
 
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
         receiver = self
@@ -43,7 +45,10 @@ class Receiver:
         socketserver.TCPServer.allow_reuse_address = True
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.server.server_address[1]}/hook"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def handle(self, h: http.server.BaseHTTPRequestHandler) -> None:
@@ -119,11 +124,11 @@ def test_every_answer_rule_signed_with_the_job_headers(live, work, jtype, receiv
                                      "headers": {"Retry-After": "1"}}, {}),
         "429": enqueue(live, jtype, {"status": 429}, {"body": '{"second": 1}'}),
         "408": enqueue(live, jtype, {"status": 408}, {}),
-        "slow": enqueue(live, jtype, {"sleep": 2}, {}),
+        "slow": enqueue(live, jtype, {"sleep": 3}, {}),
         "404": enqueue(live, jtype, {"status": 404, "body": "no such hook"}),
         "302": enqueue(live, jtype, {"status": 302, "headers": {"Location": "/elsewhere"}}),
     }
-    w = work("--types", jtype, "--concurrency", "8", "--timeout", "0.8", "--post",
+    w = work("--types", jtype, "--concurrency", "8", "--timeout", "1.5", "--post",
              receiver.url, "--secret-file", secret_file)
     done = {k: wait_for(lambda j=j: finished(live, j["id"]), what=f"job {k}")
             for k, j in jobs.items()}
@@ -141,7 +146,7 @@ def test_every_answer_rule_signed_with_the_job_headers(live, work, jtype, receiv
               for k, j in jobs.items()}
     assert errors["503"][0] == "HTTP 503 Service Unavailable\n" + ("busy " + big)[:1024]
     assert errors["429"][0].startswith("HTTP 429") and errors["408"][0].startswith("HTTP 408")
-    assert errors["slow"][0] == "timed out after 0.8 s"
+    assert errors["slow"][0] == "timed out after 1.5 s"
     assert errors["404"] == ["HTTP 404 Not Found\nno such hook"]
     assert errors["302"] == ["HTTP 302 Found: redirect to /elsewhere not followed"]
     assert all(r["path"] == "/hook" for r in receiver.requests)  # the redirect: not followed
@@ -215,3 +220,40 @@ def test_after_the_grace_a_request_in_flight_is_delivered_again_with_the_same_id
     assert ids == [str(job["id"])] * 2  # at least once, and a receiver can tell the repeat
     again.signal(signal.SIGTERM)
     assert again.wait() == 0
+
+
+def private_ca(folder: Any) -> tuple[str, ssl.SSLContext]:
+    """A CA of the test's own (openssl) and a server context with its cert for 127.0.0.1."""
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=folder, check=True, capture_output=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+            "-subj", "/CN=queuelog test CA")
+    openssl("req", *ec, "-keyout", "srv.key", "-out", "srv.csr", "-subj", "/CN=127.0.0.1")
+    (folder / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "san.ext")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(folder / "srv.pem", folder / "srv.key")
+    return str(folder / "ca.pem"), context
+
+
+def test_tls_is_verified_and_ca_file_trusts_a_private_ca(live, work, jtype, tmp_path):
+    ca_file, context = private_ca(tmp_path)
+    target = Receiver(context)
+    try:
+        refused = enqueue(live, jtype, {}, max_retries=0)
+        w = work("--types", jtype, "--post", target.url)
+        wait_for(lambda: finished(live, refused["id"]), what="the refusal")
+        w.signal(signal.SIGTERM)
+        assert w.wait() == 0
+        error = live.admin.get(refused["id"])["error"]
+        assert "ConnectError" in error and "CERTIFICATE_VERIFY_FAILED" in error, error
+        trusted = enqueue(live, jtype, {"body": '{"over": "tls"}'})
+        w = work("--types", jtype, "--post", target.url, "--ca-file", ca_file)
+        done = wait_for(lambda: finished(live, trusted["id"]), what="the delivery")
+        assert (done["status"], done["result"]) == ("completed", {"over": "tls"})
+        w.signal(signal.SIGTERM)
+        assert w.wait() == 0
+    finally:
+        target.close()
