@@ -166,6 +166,19 @@ def test_every_answer_rule_signed_with_the_job_headers(live, work, jtype, receiv
             log.count("outcome=timed-out")) == (7, 5, 1), log
 
 
+def test_heartbeats_keep_the_lease_of_a_long_request(live, work, jtype, receiver):
+    job = enqueue(live, jtype, {"sleep": 2.5, "body": '{"long": true}'})
+    w = work("--types", jtype, "--lease", "1", "--post", receiver.url)
+    wait_for(lambda: receiver.of(job["id"]), what="the request")
+    time.sleep(1.5)  # past the first lease: only heartbeats keep another claim off it
+    assert live.client("other").claim([jtype]) is None
+    done = wait_for(lambda: finished(live, job["id"]), what="completion")
+    assert (done["status"], done["attempt"], done["result"]) == ("completed", 1, {"long": True})
+    assert len(receiver.of(job["id"])) == 1  # the lease never ran out: no second delivery
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+
+
 def test_a_receiver_that_is_down_fails_with_retry(live, work, jtype):
     job = live.producer.enqueue(jtype, {}, max_retries=1)
     down = f"http://127.0.0.1:{free_port()}/hook"
