@@ -9,6 +9,7 @@ import gc
 import os
 import shutil
 import sys
+from typing import Any
 
 import click
 
@@ -25,15 +26,28 @@ import click
 @click.option("--lease", type=click.FloatRange(1, 43_200), default=None,
               help="Lease in seconds (default: the server's for the job's type).")
 @click.option("--timeout", type=click.FloatRange(0, min_open=True), default=None,
-              help="Seconds a job's command may run before its process group is killed.")
+              help="Seconds a job's command may run before its process group is killed "
+                   "(with --post: a request's, default 30).")
 @click.option("--grace", type=click.FloatRange(0), default=30, show_default=True,
               help="Seconds running commands get to finish after SIGTERM or SIGINT.")
-@click.argument("command", nargs=-1, required=True, metavar="-- COMMAND [ARG...]")
+@click.option("--post", "post_url", metavar="URL",
+              help="Deliver each job as POST URL (the payload as JSON) instead of running "
+                   "a command: a 2xx answer completes it.")
+@click.option("--secret-file", metavar="PATH",
+              help="With --post: sign each request with this Standard Webhooks secret "
+                   "(whsec_...).")
+@click.option("--with-job", is_flag=True,
+              help='With --post: send {"job": <the claimed job>} instead of the payload.')
+@click.option("--ca-file", metavar="PATH",
+              help="With --post: trust this CA bundle for the target's TLS certificate.")
+@click.argument("command", nargs=-1, metavar="-- COMMAND [ARG...]")
 def work(url: str | None, token_file: str | None, types: str | None, concurrency: int,
-         lease: float | None, timeout: float | None, grace: float,
+         lease: float | None, timeout: float | None, grace: float, post_url: str | None,
+         secret_file: str | None, with_job: bool, ca_file: str | None,
          command: tuple[str, ...]) -> None:
     """Run COMMAND for every job claimed: payload on stdin, exit 0 completes it.
 
+    With --post URL instead, each job is an HTTP request to URL: a 2xx answer completes it.
     It speaks HTTP to the server at URL, and loads no app and writes no file here.
     """
     from queuelog.client import Client
@@ -41,6 +55,12 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     from queuelog.worker.runner import Runner
     if not url:
         raise click.UsageError("no server: give --url or set QUEUELOG_URL")
+    if bool(post_url) == bool(command):
+        raise click.UsageError("give either --post URL or -- COMMAND (one of the two)")
+    if not post_url and (secret_file or with_job or ca_file):
+        raise click.UsageError("--secret-file, --with-job and --ca-file go with --post")
+    target = _target(post_url, secret_file, with_job, ca_file, timeout, concurrency) \
+        if post_url else None
     try:
         token = read_token(token_file or os.environ.get("QUEUELOG_TOKEN_FILE"),
                            os.environ.get("QUEUELOG_TOKEN"))
@@ -52,17 +72,44 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
         print("queuelog work: warning: QUEUELOG_TOKEN stays readable in /proc/PID/environ "
               "here; prefer --token-file", file=sys.stderr, flush=True)
     make_not_dumpable()
-    if shutil.which(command[0]) is None:
+    if command and shutil.which(command[0]) is None:
         raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
     type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
     client = Client(url, token)
     runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
-                    lease=lease, timeout=timeout, grace=grace)
+                    lease=lease, timeout=target.timeout if target else timeout, grace=grace,
+                    target=target)
     # What is loaded now lives as long as the runner: out of the collector's full walks
     # (~6 ms each, measured), which would otherwise land between a claim and its command.
     gc.collect()
     gc.freeze()
     sys.exit(runner.run())
+
+
+def _target(url: str, secret_file: str | None, with_job: bool, ca_file: str | None,
+            timeout: float | None, concurrency: int) -> Any:
+    """The ``--post`` target, its options checked (a usage error says what is wrong)."""
+    from queuelog.worker.push import DEFAULT_TIMEOUT, PushTarget, SecretError, read_secret
+    if not url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--post needs an http:// or https:// URL, not {url!r}")
+    signer = None
+    if secret_file:
+        try:
+            signer = read_secret(secret_file)
+            _warn_if_shared(secret_file, os.stat(secret_file).st_mode)
+        except (OSError, SecretError) as exc:
+            raise click.UsageError(f"--secret-file: {exc}") from None
+    try:
+        return PushTarget(url, signer=signer, with_job=with_job, ca_file=ca_file,
+                          timeout=timeout or DEFAULT_TIMEOUT, concurrency=concurrency)
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        raise click.UsageError(f"--ca-file: {exc}") from None
+
+
+def _warn_if_shared(path: str, mode: int) -> None:
+    if mode & 0o077:
+        print(f"queuelog work: warning: {path} is readable by other users; chmod 600 it",
+              file=sys.stderr, flush=True)
 
 
 def read_token(token_file: str | None, token: str | None) -> str:
@@ -76,9 +123,7 @@ def read_token(token_file: str | None, token: str | None) -> str:
             raise ValueError(f"cannot read the token file: {exc}") from None
         if not text:
             raise ValueError(f"the token file {token_file} is empty")
-        if mode & 0o077:
-            print(f"queuelog work: warning: {token_file} is readable by other users; "
-                  f"chmod 600 it", file=sys.stderr, flush=True)
+        _warn_if_shared(token_file, mode)
         return text
     if token and token.strip():
         return token.strip()

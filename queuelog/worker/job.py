@@ -35,12 +35,13 @@ def beat_interval(lease: float) -> float:
 
 @dataclass(frozen=True)
 class Settings:
-    """What every job of a runner shares: the command and its limits."""
+    """What every job of a runner shares: the command (or push target) and its limits."""
 
     command: list[str]
     env: dict[str, str]            # the runner's environment, less its token
     lease: float | None = None     # --lease; None: the server's per type
     timeout: float | None = None   # --timeout
+    target: Any = None             # --post: the PushTarget every job goes to instead
 
 
 class JobRun:
@@ -78,9 +79,7 @@ class JobRun:
         its slot is still taken, and ``release`` was not called.
         """
         try:
-            self.progress = progress.ProgressFile(self.job.id, log=self.log)
-            self.parents_path = self._write_parents(self.progress)
-            proc = JobProcess(self.settings.command, self.job.payload, self.child_env())
+            proc = self.start()
         except OSError as exc:  # the command gone or unexecutable since the start; a full disk
             self._remove_progress()
             release()
@@ -100,6 +99,12 @@ class JobRun:
         if body is not None and nxt is None:
             release()
         return nxt
+
+    def start(self) -> Any:
+        """Start the job's work: its command, with its progress and parents files."""
+        self.progress = progress.ProgressFile(self.job.id, log=self.log)
+        self.parents_path = self._write_parents(self.progress)
+        return JobProcess(self.settings.command, self.job.payload, self.child_env())
 
     def _write_parents(self, folder: progress.ProgressFile) -> str | None:
         """The claimed job's ``parents`` as a JSON file in its folder; None without parents."""
@@ -133,7 +138,7 @@ class JobRun:
             env[name.upper()] = value
         return env
 
-    def _report(self, ended: str, code: int, proc: JobProcess,
+    def _report(self, ended: str, code: int, proc: Any,
                 nxt: NextBody | None = None) -> ClaimedJob | None:
         """Answer as the command ended; the next job, when ``nxt`` claimed one."""
         if self.lost.is_set():
@@ -144,12 +149,18 @@ class JobRun:
             return self._fail("timed-out", f"timed out after {self.settings.timeout:g} s",
                               nxt=nxt)
         if ended == "stopped":
-            error = _with_stderr("stopped: the worker shut down and the grace period ended",
-                                 proc)
-            return self._fail("stopped", error, retry_in=0)
+            return self._fail("stopped", self.stopped_error(proc), retry_in=0)
+        return self.exited(code, proc, nxt)
+
+    def stopped_error(self, proc: Any) -> str:
+        """The error of work stopped at the end of the grace period."""
+        return _with_stderr("stopped: the worker shut down and the grace period ended", proc)
+
+    def exited(self, code: int, proc: Any, nxt: NextBody | None) -> ClaimedJob | None:
+        """Answer as the work ended by itself: exit 0 completes, anything else fails."""
         if code == 0:
-            return self._complete(parse_result(proc.stdout), proc.stdout.last(STDOUT_TAIL),
-                                  nxt)
+            stdout = {"stdout": proc.stdout.last(STDOUT_TAIL)}
+            return self._complete(parse_result(proc.stdout), stdout, nxt)
         return self._fail("failed", _with_stderr(describe_exit(code), proc), nxt=nxt)
 
     def _watch(self, proc: JobProcess) -> str:
@@ -226,15 +237,16 @@ class JobRun:
         # Tried again on schedule; the lease may still run out, and the log says why.
         self.log(f"job={self.job.id} heartbeat failed, retrying: {why}")
 
-    def _complete(self, result: dict[str, Any] | None, stdout: str,
+    def _complete(self, result: dict[str, Any] | None, as_text: dict[str, Any],
                   nxt: NextBody | None = None) -> ClaimedJob | None:
+        """Complete with ``result``; ``as_text`` is the result if the server refuses its JSON."""
         item = {} if result is None else {"result": result}
         try:
             return self._answer("completed", "complete", item, refusals=(400, 422), nxt=nxt)
         except ProblemError as exc:
-            if exc.status == 400 and result is not None and result != {"stdout": stdout}:
+            if exc.status == 400 and result is not None and result != as_text:
                 # The server refused the JSON itself (nesting too deep): keep it as text.
-                return self._complete({"stdout": stdout}, stdout, nxt)
+                return self._complete(as_text, as_text, nxt)
             error = f"the server refused the result ({exc.status}): {exc.detail}"
             return self._fail("failed", error, retry=False, nxt=nxt)
 

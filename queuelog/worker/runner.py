@@ -19,6 +19,7 @@ from queuelog.worker.answers import Answers
 from queuelog.worker.clock import SYSTEM, Clock
 from queuelog.worker.job import JobRun, Settings
 from queuelog.worker.process import prepare
+from queuelog.worker.push import PushRun, PushTarget
 from queuelog.worker.slots import Slots
 
 POLL_WAIT = 30            # seconds a claim long-polls (the server's maximum)
@@ -29,17 +30,20 @@ SECRET_ENV = ("QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE")
 
 
 class Runner:
-    """Runs COMMAND for every job it claims, ``concurrency`` at a time."""
+    """Runs COMMAND for every job it claims (or posts it to ``target``), N at a time."""
 
     def __init__(self, client: Client, command: list[str], *, types: list[str] | None = None,
                  concurrency: int = 1, lease: float | None = None, timeout: float | None = None,
                  grace: float = 30.0, log: TextIO | None = None, clock: Clock = SYSTEM,
-                 spawn: Callable[..., Any] = threading.Thread) -> None:
+                 spawn: Callable[..., Any] = threading.Thread,
+                 target: PushTarget | None = None) -> None:
         self.client, self.types, self.grace, self.clock = client, types, grace, clock
         self._spawn = spawn  # makes the job threads (a test's may fail to start, as a host can)
         self.concurrency = concurrency
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        self.settings = Settings(list(command), env, lease, timeout)
+        self.settings = Settings(list(command), env, lease, timeout, target)
+        # --post: each job is a request to the target instead of a command (push.py).
+        self._run_kind = JobRun if target is None else PushRun
         self._log_to = log or sys.stderr
         self._log_lock = threading.Lock()
         self._stop = threading.Event()       # SIGTERM/SIGINT: no new claims
@@ -66,7 +70,8 @@ class Runner:
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
-        prepare()  # the reaper and the death signal's wrapper: not in the first job's time
+        if self.settings.target is None:  # --post starts no process: no reaper to start
+            prepare()  # the reaper and the death signal's wrapper: not in the first job's time
         # Two pollers: while one claim is in flight, slots freed meanwhile can be claimed by
         # the other. An idle runner has one long poll open: the first reserves every slot.
         pollers = [threading.Thread(target=self._poll, name=f"queuelog-poller-{n}",
@@ -84,6 +89,8 @@ class Runner:
                 # Short waits: signal handlers run in this thread between them.
                 self._state.wait(0.2)
         self.client.close()
+        if self.settings.target is not None:
+            self.settings.target.close()
         return 1 if self._fatal else 0
 
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -243,7 +250,7 @@ class Runner:
 
     def _job_run(self, job: ClaimedJob) -> JobRun:
         """The job's run, with this runner's narrow collaborators."""
-        return JobRun(job, settings=self.settings, client=self.client, answers=self.answers,
+        return self._run_kind(job, settings=self.settings, client=self.client, answers=self.answers,
                       must_stop=self.must_stop, refused=self.refused, log=self.log,
                       clock=self.clock, hurry=self._hard.is_set, chain=self._next_body,
                       stopping=self._stop.is_set, unchained=self._unchain,

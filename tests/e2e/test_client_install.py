@@ -1,4 +1,4 @@
-"""The client-only install (client/pyproject.toml) in a fresh venv: httpx and click, no server.
+"""The client-only install (client/pyproject.toml) in a fresh venv: httpx, click, no server.
 
 The wheels are built once from a copy of the tree (the checkout stays untouched), then a new
 ``python -m venv`` installs from those wheels alone (``--no-index``): what it can import is
@@ -27,7 +27,8 @@ DISTRIBUTION_PYTHON = pathlib.Path("/usr/bin/python3")
 
 # The whole dependency closure of httpx and click: nothing of the server's may be in it.
 CLIENT_CLOSURE = {"queuelog_client", "httpx", "httpcore", "h11", "anyio", "sniffio", "idna",
-                  "certifi", "click", "typing_extensions", "exceptiongroup"}
+                  "certifi", "click", "typing_extensions", "exceptiongroup",
+                  "standardwebhooks"}  # --post --secret-file: pure Python, no dependencies
 SERVER_ONLY = ("flask", "sqlalchemy", "psycopg", "gunicorn", "alembic", "werkzeug", "jinja2")
 
 # A producer on the client-only host: enqueue one job, print its id and the modules loaded.
@@ -110,7 +111,9 @@ def _env() -> dict[str, str]:
 
 def test_the_client_pulls_httpx_and_click_only(wheelhouse):
     names = {w.name.split("-")[0].lower() for w in wheelhouse.glob("*.whl")}
-    assert {"queuelog_client", "httpx", "click"} <= names
+    assert {"queuelog_client", "httpx", "click", "standardwebhooks"} <= names
+    (signer,) = wheelhouse.glob("standardwebhooks-*.whl")
+    assert signer.name.endswith("-py3-none-any.whl")  # pure Python: any host's interpreter
     assert names <= CLIENT_CLOSURE, sorted(names - CLIENT_CLOSURE)
 
 
@@ -200,3 +203,71 @@ def test_queuelog_work_runs_a_job_under_the_distribution_python(system_venv, tmp
             os.killpg(runner.pid, signal.SIGKILL)
             runner.wait(timeout=10)
         server.stop()
+
+
+class _Hook:
+    """A push target for the test below: records the one request, verifies its signature."""
+
+    def __init__(self, secret: str) -> None:
+        import http.server
+        import threading
+
+        from standardwebhooks import Webhook
+        self.got: list[Any] = []
+        hook = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                hook.got.append((Webhook(secret).verify(body, dict(self.headers)),
+                                 self.headers.get("Authorization")))
+                out = b'{"delivered": true}'
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_queuelog_work_post_signs_under_the_distribution_python(system_venv, tmp_path):
+    """Issue 38: ``--post --secret-file`` from the client-only install, Debian's python3."""
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    (tmp_path / "secret").write_text(secret)
+    (tmp_path / "secret").chmod(0o600)
+    db_url = f"sqlite:///{tmp_path / 'q.sqlite3'}"
+    keys = make_keys(db_url, {"billing": "producer", "hooks": "worker"})
+    tokens = {name: h["Authorization"].split()[1] for name, h in keys.items()}
+    server = Server(db_url, str(tmp_path / "server.log"), workers=1, threads=4, env={
+        "QUEUELOG_JOB_TYPES": json.dumps({"hook": {}})}).start()
+    hook = _Hook(secret)
+    url = f"http://127.0.0.1:{server.port}"
+    runner: subprocess.Popen[bytes] | None = None
+    try:
+        with Client(url, tokens["billing"]) as producer:
+            job = producer.enqueue("hook", {"to": "ada@example.com"})
+            with open(tmp_path / "work.log", "wb") as log:
+                runner = subprocess.Popen(
+                    [str(system_venv / "bin" / "queuelog"), "work", "--url", url, "--types",
+                     "hook", "--post", hook.url, "--secret-file", str(tmp_path / "secret")],
+                    env={**_env(), "QUEUELOG_TOKEN": tokens["hooks"]}, cwd=tmp_path,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+            deadline = time.monotonic() + 20
+            while (now := producer.get(job["id"]))["status"] != "completed":
+                assert runner.poll() is None, (tmp_path / "work.log").read_text()
+                assert time.monotonic() < deadline, now
+                time.sleep(0.05)
+        assert now["result"] == {"delivered": True}
+        assert hook.got == [({"to": "ada@example.com"}, None)]  # verified; no token sent
+        runner.send_signal(signal.SIGTERM)
+        assert runner.wait(timeout=10) == 0
+    finally:
+        hook.server.shutdown()
+        server.stop()
+        if runner is not None and runner.poll() is None:
+            os.killpg(runner.pid, signal.SIGKILL)

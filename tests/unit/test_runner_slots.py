@@ -160,7 +160,7 @@ def test_a_result_the_server_refuses_as_json_completes_with_its_stdout():
     """A 400 for the result was neither handled nor reported: the job was never answered."""
     answers, lines = RefusingAnswers(), []
     run = job_run(None, answers, lines)
-    run._complete({"a": {"b": 1}}, '{"a": {"b": 1}}')
+    run._complete({"a": {"b": 1}}, {"stdout": '{"a": {"b": 1}}'})
     assert answers.sent == [{"result": {"a": {"b": 1}}},
                             {"result": {"stdout": '{"a": {"b": 1}}'}}]
     assert len(lines) == 1 and "outcome=completed" in lines[0]
