@@ -169,13 +169,20 @@ def parse_result(out: Capture) -> dict[str, Any] | None:
     if text is not None:
         if not text.strip():
             return None
-        try:
-            value = json.loads(text, parse_constant=_refuse_constant)
-        except (ValueError, RecursionError):
-            value = None
-        if isinstance(value, dict) and _sendable(value):
+        value = json_object(text)
+        if value is not None:
             return value
     return {"stdout": out.last(STDOUT_TAIL)}
+
+
+def json_object(text: str) -> dict[str, Any] | None:
+    """``text`` as a JSON object that can be sent on as a result, else None (not JSON, not
+    an object, or holding what JSON cannot carry)."""
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) and _sendable(value) else None
 
 
 def _sendable(value: dict[str, Any]) -> bool:

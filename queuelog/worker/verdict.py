@@ -6,11 +6,12 @@ is tested without a socket (tests/unit/test_push_verdict.py), and the request co
 """
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any, Mapping
+
+from queuelog.worker.process import json_object
 
 RESULT_TEXT = 4096      # a 2xx body that is not a JSON object is kept as its first 4 KiB
 ERROR_TEXT = 1024       # an error names the first 1 KiB of the answer
@@ -64,10 +65,10 @@ def result_of(body: bytes, whole: bool) -> dict[str, Any] | None:
         return None
     if whole:
         try:
-            value = json.loads(body.decode("utf-8"), parse_constant=_refuse_constant)
-        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            value = json_object(body.decode("utf-8"))
+        except UnicodeDecodeError:
             value = None
-        if isinstance(value, dict) and _sendable(value):
+        if value is not None:
             return value
     return {"body": body[:RESULT_TEXT].decode("utf-8", "ignore")}
 
@@ -89,16 +90,3 @@ def _with_body(head: str, body: bytes) -> str:
     """The error: the status, then the first 1 KiB of the answer when it has one."""
     text = body[:ERROR_TEXT].decode("utf-8", "ignore").strip()
     return f"{head}\n{text}" if text else head
-
-
-def _sendable(value: dict[str, Any]) -> bool:
-    """True when the object can go out as JSON (no infinity, no lone surrogate)."""
-    try:
-        json.dumps(value, allow_nan=False, ensure_ascii=False).encode("utf-8")
-    except (ValueError, UnicodeError, RecursionError):
-        return False
-    return True
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
