@@ -19,6 +19,7 @@ import httpx
 from standardwebhooks import Webhook
 
 from queuelog.model.claimed import ClaimedJob
+from queuelog.model.tracecontext import carried
 from queuelog.worker.job import JobRun, NextBody
 from queuelog.worker.verdict import Verdict, of_answer, of_failure
 
@@ -75,10 +76,7 @@ class PushTarget:
         headers = {"Queuelog-Job-Id": str(job.id), "Queuelog-Job-Type": job.type,
                    "Queuelog-Job-Attempt": str(job.attempt),
                    "Queuelog-Job-Priority": "" if job.priority is None else str(job.priority)}
-        for name in ("traceparent", "tracestate"):
-            value = job.raw.get(name)
-            if isinstance(value, str) and value:
-                headers[name] = value
+        headers.update(carried(job.raw))  # checked again, as for a command's env
         if self.signer is not None:
             # webhook-id is the job's id on every attempt: a receiver drops repeats by it.
             msg_id, stamp = str(job.id), datetime.fromtimestamp(int(now), tz=timezone.utc)

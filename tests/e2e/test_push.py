@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Iterator
 
+import httpx
 import pytest
 from standardwebhooks import Webhook
 from test_runner import Live, finished, jtype, live, wait_for, work, workers  # noqa: F401
@@ -202,6 +203,27 @@ def test_with_job_sends_the_claimed_job_and_its_parents(live, work, jtype, recei
     assert sent["parents"] == [{"id": parent["id"], "type": jtype, "status": "completed",
                                 "result": {"rows": 3}}]
     assert "webhook-id" not in req["headers"]  # no --secret-file: unsigned
+    w.signal(signal.SIGTERM)
+    assert w.wait() == 0
+
+
+def test_the_jobs_trace_context_goes_to_the_target(live, work, jtype, receiver):
+    """A producer's traceparent and tracestate, kept on the job, reach the push target as
+    its headers (and a job without them sends none)."""
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    got = httpx.post(f"{live.url}/jobs", json={"type": jtype, "payload": {"answers": [{}]}},
+                     headers={"Authorization": f"Bearer {live.tokens['producer']}",
+                              "traceparent": parent, "tracestate": "vendor=abc"})
+    assert got.status_code == 201 and got.json()["traceparent"] == parent
+    plain = enqueue(live, jtype, {})
+    w = work("--types", jtype, "--post", receiver.url)
+    for job in (got.json(), plain):
+        wait_for(lambda j=job: finished(live, j["id"]), what="the delivery")
+    (traced,) = receiver.of(got.json()["id"])
+    assert (traced["headers"]["traceparent"], traced["headers"]["tracestate"]) == (
+        parent, "vendor=abc")
+    (untraced,) = receiver.of(plain["id"])
+    assert "traceparent" not in untraced["headers"]
     w.signal(signal.SIGTERM)
     assert w.wait() == 0
 
