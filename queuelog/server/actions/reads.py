@@ -57,21 +57,22 @@ def get_job(who: Principal, job_id: int, *, wait: float = 0,
     first = store.get(job_id, scope)
     if wait <= 0 or first.status in FINISHED:
         return visible(first, who), None
-    looked: list[Job] = []
+    marked = False
 
     def look() -> list[Job]:
         # The first look marks the job watched (its finish then wakes this process, from
         # any process or server); a job that finished meanwhile is read at once.
-        if not looked and store.watch(job_id):
-            looked.append(first)
-            return []
+        nonlocal marked
+        if not marked:
+            marked = True
+            if store.watch(job_id):
+                return []
         job = store.get(job_id, scope)
-        looked.append(job)
         return [job] if job.status in FINISHED else []
 
     got = long_polls().finish(look, wait, connected)
     metrics.long_poll_waited(got.waited)
-    job = got.jobs[0] if got.jobs else looked[-1] if looked else first
+    job = got.jobs[0] if got.jobs else first  # no slot to wait in: the job as it was
     if got.waited and not got.jobs:
         job = store.get(job_id, scope)  # the wait ran out: the job as it is now
     if got.waited and not _still_active(store, who):

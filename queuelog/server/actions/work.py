@@ -107,7 +107,7 @@ def _then_claim(who: Principal, then: NextClaim | None,
     if then is None:
         return None
     return claim(who, 1, lease_seconds=then.lease_seconds, types=then.types,
-                             wait=then.wait, connected=connected)
+                 wait=then.wait, connected=connected)
 
 
 @gate("worker")
