@@ -28,6 +28,10 @@ from queuelog.server.store.tables import jobs
 
 LEASE_EXPIRED_ERROR = "lease expired"
 Item = tuple[int, int, "str | None"]  # a complete's (id, attempt, result JSON)
+Ending = tuple[int, int, str, bool, "float | None"]  # a fail's (id, attempt, error, retry,
+#                                                      retry_in)
+# An ended attempt's job as decided: (id, attempt, status, retry_count, run_at, error).
+Move = tuple[int, int, str, int, "int | None", str]
 # The columns a batch complete returns: what its answer, its counts and ``settled`` read,
 # and the attempt's claim and end (its run time in the metrics; model.jobs.Done).
 DONE_COLUMNS = ("id, type, status, watched, has_dependents, claimed_at, finished_at, "
@@ -54,12 +58,9 @@ class Finishing(Part):
         self.flows = Flows(ctx)
         self.flows.settled = self.settled  # a cascade's cancelled jobs finish as any other
         d = self.engine.dialect
-        self._by_id, self._by_ids, self._attempt_end, self._attempt_cancel, self._watch = (
-            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.ATTEMPT_END, st.ATTEMPT_CANCEL,
+        self._by_id, self._by_ids, self._held, self._attempt_cancel, self._watch = (
+            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.HELD_BUDGETS, st.ATTEMPT_CANCEL,
                                      st.WATCH))
-        self._budget = {o: Prepared(s, d) for o, s in st.BUDGET.items()}
-        self._retry_later = {o: Prepared(s, d) for o, s in st.RETRY_LATER.items()}
-        self._fail_now = {o: Prepared(s, d) for o, s in st.FAIL_NOW.items()}
 
     # -- the backend's part --------------------------------------------------------------
     def _complete_rows(self, conn: Connection, now: int, worker: str,
@@ -69,6 +70,13 @@ class Finishing(Part):
         and close their attempts; the completed rows (``full``: every column, else
         DONE_COLUMNS) and whether the statement told other processes of freed slots.
         ``plain``: leave out jobs with dependents (``completes_plain_alone``)."""
+        raise NotImplementedError
+
+    def _end_rows(self, conn: Connection, now: int, outcome: Outcome,
+                  moves: Sequence[Move], worker: str | None) -> list[Any]:
+        """Move the jobs on as ``moves`` say, each fenced alone (running, at its attempt,
+        and held by ``worker`` unless None), and close their attempts with ``outcome`` and
+        the same error; the rows moved (every column)."""
         raise NotImplementedError
 
     # -- the one tail --------------------------------------------------------------------
@@ -158,59 +166,61 @@ class Finishing(Part):
             raise got
         return got
 
-    def fail_many(self, worker: str,
-                  items: Sequence[tuple[int, int, str, bool, float | None]],
+    def fail_many(self, worker: str, items: Sequence[Ending],
                   clean: Callable[[str], str] | None = None) -> list[Job | QueuelogError]:
-        """Fail many held attempts (id, attempt, error, retry, retry_in) in one
-        transaction, each fenced on its own, as ``complete_many``; ``clean`` as ``fail``."""
-        out: list[Job | QueuelogError] = []
+        """Fail many held attempts (id, attempt, error, retry, retry_in; ids distinct) in
+        one transaction, each fenced on its own, as ``complete_many``; ``clean`` as
+        ``fail``."""
         with self._write.begin() as conn:
-            now = self.clock()
-            for job_id, attempt, error, retry, retry_in in items:
-                row = self._end_attempt(conn, job_id, attempt, now, Outcome.FAILED, error,
-                                        retry=retry, retry_in=retry_in, worker=worker,
-                                        clean=clean)
-                out.append(Job.from_row(row) if row is not None else
-                           self._refusal(conn, job_id, worker, attempt))
-        return out
+            held = self._held.rows(conn, {"ids": [i[0] for i in items], "wkr": worker})
+            rows = self._end_attempts(conn, self.clock(), Outcome.FAILED, items, held,
+                                      worker=worker, clean=clean)
+            refused = [i[0] for i in items if i[0] not in rows]
+            now_rows = ({r.id: r for r in self._by_ids.rows(conn, {"ids": refused})}
+                        if refused else {})
+        return [Job.from_row(rows[i]) if i in rows else
+                refusal(now_rows.get(i), i, worker, attempt) for i, attempt, *_ in items]
 
     def take_back(self, conn: Connection, now: int, expired: Sequence[Any]) -> None:
-        """Take back the ``expired`` leases, (id, attempt) rows, as failed attempts."""
-        for job_id, attempt in expired:
-            row = self._end_attempt(conn, job_id, attempt, now, Outcome.LEASE_EXPIRED,
-                                    LEASE_EXPIRED_ERROR, retry=True, retry_in=None,
-                                    worker=None)
-            if row is not None:  # its run: from its claim to the take-back
-                self.ctx.on_lease_expired(row.type, (now - row.claimed_at) / 1e6)
+        """Take back the ``expired`` leases (rows of ``statements.EXPIRED``) as failed
+        attempts, in one statement however many."""
+        items = [(r.id, r.attempt, LEASE_EXPIRED_ERROR, True, None) for r in expired]
+        rows = self._end_attempts(conn, now, Outcome.LEASE_EXPIRED, items, expired,
+                                  worker=None)
+        for row in rows.values():  # its run: from its claim to the take-back
+            self.ctx.on_lease_expired(row.type, (now - row.claimed_at) / 1e6)
 
-    def _end_attempt(self, conn: Connection, job_id: int, attempt: int, now: int,
-                     outcome: Outcome, error: str, *, retry: bool, retry_in: float | None,
-                     worker: str | None, clean: Callable[[str], str] | None = None) -> Any:
-        """End a running attempt with a failure: retry after backoff, or fail for good;
-        the job's row, or None where the fence refused it."""
-        own = worker is not None
-        params: dict[str, Any] = {"jid": job_id, "att": attempt, "wkr": worker, "now": now}
-        row = self._budget[own].first(conn, params)
-        if row is None:
-            return None
-        # Fenced: only now is the error text worth its sanitizing (a stale item costs none).
-        params["error"] = error = clean(error) if clean is not None else error
-        if retry and row.retry_count < row.max_retries:
-            n = row.retry_count + 1
-            delay = retry_in if retry_in is not None else backoff_seconds(
-                n, self.backoff_base, self.backoff_cap, self.rng)
-            updated = self._retry_later[own].first(
-                conn, {**params, "n": n, "run_at": now + to_us(delay)})
-        else:
-            updated = self._fail_now[own].first(conn, params)
-        if updated is None:
-            # PostgreSQL: a concurrent take-back or answer changed the row after the
-            # SELECT above; the UPDATE re-checked and matched nothing. Refuse, not 500.
-            return None
-        self._attempt_end.run(conn, {"jid": job_id, "att": attempt, "now": now,
-                                     "outcome": outcome.value, "error": error})
-        self.settled(conn, [updated])
-        return updated
+    def _end_attempts(self, conn: Connection, now: int, outcome: Outcome,
+                      items: Sequence[Ending], budgets: Sequence[Any], *,
+                      worker: str | None,
+                      clean: Callable[[str], str] | None = None) -> dict[int, Any]:
+        """End running attempts with a failure: each retried after backoff or failed for
+        good, by the retry budget of its row in ``budgets`` (id, attempt, retry_count,
+        max_retries; an item without one is refused); the rows moved, by id."""
+        held = {r.id: r for r in budgets}
+        moves: list[Move] = []
+        for job_id, attempt, error, retry, retry_in in items:
+            row = held.get(job_id)
+            if row is None or row.attempt != attempt:
+                continue
+            # Fenced: only now is the error text worth its sanitizing (a stale item costs none).
+            error = clean(error) if clean is not None else error
+            if retry and row.retry_count < row.max_retries:
+                n = row.retry_count + 1
+                delay = retry_in if retry_in is not None else backoff_seconds(
+                    n, self.backoff_base, self.backoff_cap, self.rng)
+                moves.append((job_id, attempt, Status.PENDING.value, n, now + to_us(delay),
+                              error))
+            else:
+                moves.append((job_id, attempt, Status.FAILED.value, row.retry_count, None,
+                              error))
+        if not moves:
+            return {}
+        # PostgreSQL: a concurrent take-back or answer may change a row after its budget
+        # was read; the statement fences each again and leaves it out (a refusal, not 500).
+        rows = self._end_rows(conn, now, outcome, moves, worker)
+        self.settled(conn, rows)
+        return {r.id: r for r in rows}
 
     # -- cancel ------------------------------------------------------------------------------
     def cancel(self, job_id: int, scope: Scope = ALL, actor: str | None = None) -> Job:

@@ -73,22 +73,11 @@ def heartbeat(lease: Any) -> Any:
             .returning(*jobs.c))
 
 
-# Ending an attempt with a failure (a worker's fail, or a lease taken back): read the
-# retry budget, then move the job on; ``True`` adds "held by this worker".
-_BUDGET = select(jobs.c.retry_count, jobs.c.max_retries)
-BUDGET = {False: _BUDGET.where(*HELD), True: _BUDGET.where(*HELD, OWN)}
-_BACK = update(jobs).values(status=Status.PENDING.value, retry_count=b("n"),
-                            run_at=b("run_at"), error=b("error"), lease_expires_at=None,
-                            updated_at=b("now"))
-_DEAD = update(jobs).values(status=Status.FAILED.value, finished_at=b("now"),
-                            error=b("error"), lease_expires_at=None, updated_at=b("now"))
-RETRY_LATER = {o: _BACK.where(*HELD, *([OWN] if o else [])).returning(*jobs.c)
-               for o in (False, True)}
-FAIL_NOW = {o: _DEAD.where(*HELD, *([OWN] if o else [])).returning(*jobs.c)
-            for o in (False, True)}
-ATTEMPT_END = (update(job_attempts)
-               .where(job_attempts.c.job_id == b("jid"), job_attempts.c.attempt == b("att"))
-               .values(finished_at=b("now"), outcome=b("outcome"), error=b("error")))
+# Ending attempts with a failure (a worker's fail, or leases taken back): the rows still
+# held, with their retry budgets, read before the backend's one statement moves them on.
+_BUDGET = select(jobs.c.id, jobs.c.attempt, jobs.c.retry_count, jobs.c.max_retries)
+HELD_BUDGETS = _BUDGET.where(jobs.c.id.in_(b("ids", expanding=True)),
+                             status_is(Status.RUNNING), OWN)
 # A running job cancelled: its open attempt ends ``cancelled`` (an ended one is left).
 ATTEMPT_CANCEL = (update(job_attempts)
                   .where(job_attempts.c.job_id == b("jid"), job_attempts.c.attempt == b("att"),
@@ -100,7 +89,7 @@ RESTAMP = (update(job_attempts).values(started_at=b("later"))
                   job_attempts.c.started_at == b("now"), job_attempts.c.finished_at.is_(None)))
 BY_ID = select(jobs).where(jobs.c.id == b("jid"))
 BY_IDS = select(jobs).where(jobs.c.id.in_(b("ids", expanding=True)))
-EXPIRED = (select(jobs.c.id, jobs.c.attempt)
+EXPIRED = (_BUDGET
            .where(status_is(Status.RUNNING), jobs.c.lease_expires_at < b("now"))
            .order_by(jobs.c.lease_expires_at).limit(EXPIRE_BATCH))
 

@@ -9,10 +9,11 @@ from sqlalchemy import (ARRAY, Connection, Engine, Select, String, TextClause, a
 from sqlalchemy.dialects import postgresql as postgresql_dialect
 
 from queuelog.model import jsontext
+from queuelog.model.jobs import Outcome
 from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
-from queuelog.server.store.finish import DONE_COLUMNS, Item
+from queuelog.server.store.finish import DONE_COLUMNS, Item, Move
 from queuelog.server.store.jobs import Claimed, Jobs, claim_kind, claim_params
 from queuelog.server.store.jobs import revoked
 from queuelog.server.store.listen import CHANNEL
@@ -167,6 +168,8 @@ class PostgresJobs(Jobs):
                 returning="done.*" if full else DONE_COLUMNS,
                 guard=sql.PLAIN if plain else "")), d)
             for full in (True, False) for plain in (True, False)}
+        self._ends = {own: Prepared(text(sql.END.format(own=sql.OWN if own else "")), d)
+                      for own in (True, False)}
 
     def _claim_rows(self, conn: Connection, kind: str, params: dict[str, Any],
                     blocked: list[str]) -> list[Any]:
@@ -183,6 +186,12 @@ class PostgresJobs(Jobs):
         params = {"now": now, "wkr": worker, "slot_types": sorted(self.slot_types),
                   "channel": CHANNEL, **items_json(items)}
         return self._completes[full, plain].rows(conn, params), True
+
+    def _end_rows(self, conn: Connection, now: int, outcome: Outcome,
+                  moves: Sequence[Move], worker: str | None) -> list[Any]:
+        """One statement: the jobs moved on and their attempts closed."""
+        params = {"now": now, "wkr": worker, "outcome": outcome.value, **items_json(moves)}
+        return self._ends[worker is not None].rows(conn, params)
 
     def _settled_claim(self, conn: Connection, now: int, rows: list[Any]) -> None:
         """The attempts stamped again: ``now`` was read before the reads and the settle,

@@ -9,11 +9,12 @@ from sqlalchemy import (JSON, ColumnElement, Connection, Engine, Select, TextCla
                         text)
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 
+from queuelog.model.jobs import Outcome
 from queuelog.server.store import claim_policy
 from queuelog.server.store import statements as st
 from queuelog.server.store.backends.base import Backend, items_json
 from queuelog.server.store.engine import database_file, write_turns
-from queuelog.server.store.finish import DONE_COLUMNS, Item
+from queuelog.server.store.finish import DONE_COLUMNS, Item, Move
 from queuelog.server.store.jobs import Jobs
 from queuelog.server.store.notifier import Notifier, SQLiteNotifier
 from queuelog.server.store.prepared import Prepared
@@ -168,6 +169,9 @@ class SQLiteJobs(Jobs):
         self._complete_full = Prepared(text(sql.COMPLETE.format(returning="*")), d)
         self._complete_done = Prepared(text(sql.COMPLETE.format(returning=DONE_COLUMNS)), d)
         self._close_attempts = Prepared(sql.CLOSE_ATTEMPTS, d)
+        self._ends = {own: Prepared(text(sql.END.format(own=sql.OWN if own else "")), d)
+                      for own in (True, False)}
+        self._end_attempts_sql = Prepared(sql.END_ATTEMPTS, d)
 
     def _claim_rows(self, conn: Connection, kind: str, params: dict[str, Any],
                     blocked: list[str]) -> list[Any]:
@@ -198,6 +202,20 @@ class SQLiteJobs(Jobs):
             self._close_attempts.run(conn, {"now": now, **items_json(
                 [(job_id, attempt) for job_id, attempt, _ in items if job_id in done])})
         return rows, False
+
+
+    def _end_rows(self, conn: Connection, now: int, outcome: Outcome,
+                  moves: Sequence[Move], worker: str | None) -> list[Any]:
+        """One UPDATE of the jobs, then one of the attempts of those it moved."""
+        params = {"now": now, "wkr": worker, **items_json(moves)}
+        rows = self._ends[worker is not None].rows(conn, params)
+        if rows:
+            moved = {r.id for r in rows}
+            self._end_attempts_sql.run(conn, {
+                "now": now, "outcome": outcome.value, **items_json(
+                    moves if len(rows) == len(moves) else
+                    [m for m in moves if m[0] in moved])})
+        return rows
 
 
 def pinned_walks(policy_sql: str, params: tuple[Any, ...] = ()) -> dict[str, Any]:

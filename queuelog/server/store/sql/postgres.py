@@ -28,6 +28,23 @@ COMPLETE = (
     "AND job_attempts.attempt = done.attempt) SELECT {returning}, CASE WHEN done.type = "
     "ANY(CAST(:slot_types AS VARCHAR[])) THEN pg_notify(:channel, '') END AS notified "
     "FROM done")
+# Attempts ended by a failure (a fail, leases taken back), as one statement: the items
+# (``[[id, attempt, status, retry_count, run_at, error], ...]``, each decided by
+# ``Finishing``) joined to their rows, each fenced alone, and their attempts closed with
+# the same outcome and error. ``{own}``: held by ``:wkr``.
+END = (
+    "WITH v AS (SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att, "
+    "i ->> 2 AS status, CAST(i ->> 3 AS INTEGER) AS n, CAST(i ->> 4 AS BIGINT) AS run_at, "
+    "i ->> 5 AS error FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e(i)), "
+    "ended AS (UPDATE jobs SET status = v.status, retry_count = v.n, "
+    "run_at = coalesce(v.run_at, jobs.run_at), error = v.error, lease_expires_at = NULL, "
+    "updated_at = :now, finished_at = CASE WHEN v.status = 'failed' THEN :now END "
+    "FROM v WHERE jobs.id = v.id AND jobs.status = 'running' AND jobs.attempt = v.att{own} "
+    "RETURNING jobs.*), "
+    "closed AS (UPDATE job_attempts SET finished_at = :now, outcome = :outcome, "
+    "error = ended.error FROM ended WHERE job_attempts.job_id = ended.id "
+    "AND job_attempts.attempt = ended.attempt) SELECT * FROM ended")
+OWN = " AND jobs.worker_id = :wkr"
 WRITABLE = text("SELECT NOT pg_is_in_recovery() "
                 "AND current_setting('transaction_read_only') = 'off'")
 ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")

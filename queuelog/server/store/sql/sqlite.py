@@ -17,7 +17,8 @@ DUE = ("SELECT cand.id FROM jobs AS cand {index} "
 EACH_TYPE = ("SELECT x.id FROM (SELECT DISTINCT value AS type FROM json_each(:types)) "
              "AS t CROSS JOIN jobs AS x WHERE x.id IN ({walk}) "
              "ORDER BY x.priority DESC, x.run_at, x.id LIMIT :n")
-EXPIRED = text("SELECT id, attempt FROM jobs INDEXED BY ix_jobs_lease "
+EXPIRED = text("SELECT id, attempt, retry_count, max_retries FROM jobs "
+               "INDEXED BY ix_jobs_lease "
                "WHERE status = 'running' AND lease_expires_at < :now "
                "ORDER BY lease_expires_at LIMIT :lim")
 EXPIRED_BY_TYPE = text(
@@ -37,5 +38,21 @@ COMPLETE = ("UPDATE jobs SET status = 'completed', result = i.value ->> 2, "
 # The completed jobs' attempts closed (each item a primary-key lookup).
 CLOSE_ATTEMPTS = text(
     "UPDATE job_attempts SET finished_at = :now, outcome = 'completed', error = NULL "
+    "FROM json_each(:items) AS i "
+    "WHERE job_attempts.job_id = i.value ->> 0 AND job_attempts.attempt = i.value ->> 1")
+# Attempts ended by a failure (a fail, leases taken back): the items
+# (``[[id, attempt, status, retry_count, run_at, error], ...]``, each decided by
+# ``Finishing``) joined to their rows, each fenced alone; ``{own}``: held by ``:wkr``.
+END = ("UPDATE jobs SET status = i.value ->> 2, retry_count = i.value ->> 3, "
+       "run_at = coalesce(i.value ->> 4, jobs.run_at), error = i.value ->> 5, "
+       "lease_expires_at = NULL, updated_at = :now, "
+       "finished_at = CASE WHEN i.value ->> 2 = 'failed' THEN :now END "
+       "FROM json_each(:items) AS i "
+       "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
+       "AND jobs.attempt = i.value ->> 1{own} RETURNING *")
+OWN = " AND +jobs.worker_id = :wkr"
+# Their attempts closed, with the outcome and the error their jobs got.
+END_ATTEMPTS = text(
+    "UPDATE job_attempts SET finished_at = :now, outcome = :outcome, error = i.value ->> 5 "
     "FROM json_each(:items) AS i "
     "WHERE job_attempts.job_id = i.value ->> 0 AND job_attempts.attempt = i.value ->> 1")
