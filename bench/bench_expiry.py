@@ -55,8 +55,8 @@ def measure(url: str, folder: str, leases: int, claimers: int) -> tuple[list[flo
     server.start()
     conns: list[Conn] = []
     try:
-        producer, worker, admin = (Conn(server.port, token[c]) for c in "pwa")
-        conns += [producer, worker, admin]
+        producer, worker = Conn(server.port, token["p"]), Conn(server.port, token["w"])
+        conns += [producer, worker]
         fill(producer, kind, leases)
         held = 0
         while held < leases:
@@ -65,6 +65,8 @@ def measure(url: str, folder: str, leases: int, claimers: int) -> tuple[list[flo
             assert status == 200 and got["jobs"], (status, got)
             held += len(got["jobs"])
         time.sleep(1.2)  # every lease has run out
+        admin = Conn(server.port, token["a"])  # now: an idle keep-alive would be closed
+        conns.append(admin)
         times: list[float] = []
         done = threading.Event()
         began = time.perf_counter()
