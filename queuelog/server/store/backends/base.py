@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 from sqlalchemy import Engine, Select, TextClause
 
 from queuelog.model import jsontext
+from queuelog.server.store.keycache import KeyCache
 from queuelog.server.store.locks import MIGRATE_LOCK, NAMES_LOCK
 from queuelog.server.store.notifier import Notifier
 
@@ -42,6 +43,11 @@ class Backend:
     def notifier(self, engine: Engine) -> Notifier:
         """The wake-up transport of ``engine``'s database."""
         raise NotImplementedError
+
+    def key_cache(self, engine: Engine) -> KeyCache | None:
+        """Where this process keeps the keys it found (store/keycache.py); None: look each
+        up per request, the only way a revocation holds everywhere at once."""
+        return None
 
     def jobs_class(self) -> type:
         """This backend's ``jobs.Jobs``: the job verbs, whole, with its statements."""

@@ -16,6 +16,7 @@ from queuelog.server.store.backends.base import Backend, items_json
 from queuelog.server.store.engine import database_file, write_turns
 from queuelog.server.store.finish import DONE_COLUMNS, Item, Move
 from queuelog.server.store.jobs import Jobs
+from queuelog.server.store.keycache import KeyCache
 from queuelog.server.store.notifier import Notifier, SQLiteNotifier
 from queuelog.server.store.prepared import Prepared
 from queuelog.server.store.sql import sqlite as sql
@@ -40,6 +41,12 @@ class SQLiteBackend(Backend):
     def notifier(self, engine: Engine) -> Notifier:
         """Datagrams beside the database file, after the commit."""
         return SQLiteNotifier(engine)
+
+    def key_cache(self, engine: Engine) -> KeyCache | None:
+        """Kept per process, dropped by any revocation on the machine (a file's database;
+        an in-memory one is one process's and needs none)."""
+        database = database_file(engine)
+        return None if database is None else KeyCache(database + "-keys")
 
     def jobs_class(self) -> type:
         """``SQLiteJobs``."""
