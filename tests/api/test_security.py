@@ -392,7 +392,9 @@ _REVIEWED = {("sqlite.py", "text(sql.EACH_TYPE.format(walk=walk) if kind == 'man
              ("sqlite.py", "text(sql.COMPLETE.format(returning='*'))"),
              ("sqlite.py", "text(sql.COMPLETE.format(returning=DONE_COLUMNS))"),
              ("postgres.py", "text(sql.COMPLETE.format(returning='done.*' if full else "
-                             "DONE_COLUMNS, guard=sql.PLAIN if plain else ''))")}
+                             "DONE_COLUMNS, guard=sql.PLAIN if plain else ''))"),
+             ("sqlite.py", "text(sql.END.format(own=sql.OWN if own else ''))"),
+             ("postgres.py", "text(sql.END.format(own=sql.OWN if own else ''))")}
 
 
 def _trusted(arg: ast.expr) -> bool:
