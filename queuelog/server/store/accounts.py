@@ -131,7 +131,7 @@ class Accounts:
         parameter: it runs on every Bearer request.
         """
         digest = hash_token(token)
-        generation = b""
+        generation = None
         if self._cache is not None:
             generation = self._cache.generation()  # before the read: a revocation since
             found = self._cache.get(digest, generation)  # it drops what the read finds
