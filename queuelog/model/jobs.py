@@ -211,12 +211,12 @@ class Job:
     def from_row(cls, row: Any) -> "Job":
         """Build from a ``jobs`` row with a named attribute per column (a SQLAlchemy
         ``Row``, the store's named tuples), JSON columns decoded (no mapping made per row:
-        a batch of 100 spent a twentieth of its time making them)."""
+        a batch makes many jobs, and each mapping is work thrown away)."""
         result, progress, depends_on = row.result, row.progress, row.depends_on
         loads = jsontext.loads
         # Every field set at once, as one dict display: a frozen dataclass's __init__ sets
-        # them one by one through object.__setattr__, and dict(**fields) a third slower
-        # than the display (a batch builds 100). tests/unit/test_store.py checks that the
+        # them one by one through object.__setattr__, and dict(**fields) is slower than the
+        # display (a batch builds 100). tests/unit/test_store.py checks that the
         # result equals the __init__'s.
         job = object.__new__(cls)
         object.__setattr__(job, "__dict__", {
