@@ -105,7 +105,7 @@ def isoformat(us: int | None) -> str | None:
     """Format epoch microseconds as fixed-width ISO 8601 UTC ending in ``Z``."""
     if us is None:
         return None
-    # Naive datetime.isoformat: a quarter cheaper than strftime, seven times per job; and
+    # Naive datetime.isoformat: cheaper than strftime, and a job has seven of them; and
     # cached, as a batch's jobs share most of theirs (claimed, updated, lease end, created).
     return (_NAIVE_EPOCH + dt.timedelta(microseconds=us)).isoformat(timespec="microseconds") + "Z"
 
@@ -211,12 +211,12 @@ class Job:
     def from_row(cls, row: Any) -> "Job":
         """Build from a ``jobs`` row with a named attribute per column (a SQLAlchemy
         ``Row``, the store's named tuples), JSON columns decoded (no mapping made per row:
-        a batch of 100 spent a twentieth of its time making them)."""
+        a batch makes many jobs, and each mapping is work thrown away)."""
         result, progress, depends_on = row.result, row.progress, row.depends_on
         loads = jsontext.loads
         # Every field set at once, as one dict display: a frozen dataclass's __init__ sets
-        # them one by one through object.__setattr__, and dict(**fields) a third slower
-        # than the display (a batch builds 100). tests/unit/test_store.py checks that the
+        # them one by one through object.__setattr__, and dict(**fields) is slower than the
+        # display (a batch builds 100). tests/unit/test_store.py checks that the
         # result equals the __init__'s.
         job = object.__new__(cls)
         object.__setattr__(job, "__dict__", {

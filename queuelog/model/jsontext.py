@@ -1,9 +1,10 @@
 """JSON text in and out, through orjson where it says exactly what the standard library would.
 
 Payloads, results and answers are JSON: a batch of 100 jobs encodes or decodes a payload per
-job several times per request, and ``json`` did a third of a batch enqueue's CPU (bench/
-profile_calls.py). orjson (a C extension) does the same work several times faster, with
-two differences that matter here, so each call falls back to ``json`` where they would show:
+job several times per request, and ``json`` alone would be a large share of a batch
+enqueue's CPU (bench/profile_calls.py). orjson (a C extension) does the same work several
+times faster, with two differences that matter here, so each call falls back to ``json``
+where they would show:
 
 - an integer beyond 64 bits: orjson's ``dumps`` refuses it, and its ``loads`` reads it as a
   float (precision lost), so a text with a run of 19 or more digits goes to ``json``;

@@ -109,15 +109,15 @@ def warm_up(app: Flask) -> None:
     """Build what the first requests would wait for, then take the start-up heap out of GC."""
     if app.testing:
         return  # a test's app compiles them when, and if, one of its requests needs them
-    # Measured (issue 15): a fresh server's first enqueue took 100-175 ms, most of it
-    # fastjsonschema compiling every declaration; with two app servers, the one that takes
-    # the enqueues had never validated a body when the first job came.
+    # A fresh server's first validation compiles every declaration with fastjsonschema,
+    # most of a cold first request's time; with two app servers, the one that takes the
+    # enqueues may never have validated a body when the first job comes.
     from queuelog.server.requests.check import validate
     with app.app_context():
         validate("ClaimRequest", {})  # the first validation compiles every declaration
     # ~100,000 objects live as long as the process (modules, the app, compiled statements
-    # and validators): every full collection walked them, 40-60 ms inside some request
-    # (measured); frozen, a full collection takes under a millisecond.
+    # and validators): every full collection would walk them all, a pause inside whichever
+    # request it lands in; frozen, they are left out of the collector's walks.
     gc.collect()
     gc.freeze()
 

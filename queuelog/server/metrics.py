@@ -64,8 +64,8 @@ METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
 
 
 # Each metric's labelled children, by label values: ``labels()`` converts and checks its
-# values and takes a lock on every call (3% of a single enqueue's Python time under
-# gunicorn, with the histogram's). The same child objects prometheus_client keeps itself.
+# values and takes a lock on every call, and every request makes such calls. The same
+# child objects prometheus_client keeps itself.
 _CHILDREN: dict[tuple[Any, ...], Any] = {}
 
 

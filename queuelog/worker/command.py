@@ -79,8 +79,8 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
                     lease=lease, timeout=target.timeout if target else timeout, grace=grace,
                     target=target)
-    # What is loaded now lives as long as the runner: out of the collector's full walks
-    # (~6 ms each, measured), which would otherwise land between a claim and its command.
+    # What is loaded now lives as long as the runner: out of the collector's full walks,
+    # which would otherwise land between a claim and its command.
     gc.collect()
     gc.freeze()
     sys.exit(runner.run())

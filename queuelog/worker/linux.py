@@ -4,8 +4,8 @@
   the runner dies, even by SIGKILL, which no handler of ours could catch. Set by util-linux's
   ``setpriv --pdeathsig`` exec'd in front of the command where it can (``with_death_signal``),
   else by a ``preexec_fn``: Python runs a ``preexec_fn`` in a full ``fork()`` of the runner,
-  and that fork path alone cost 4-8 ms per command (measured), against about 1 ms for
-  ``vfork()`` plus the extra exec.
+  and that fork path costs several times a ``vfork()`` plus the extra exec, on every
+  command.
 - ``PR_SET_DUMPABLE 0`` in the runner: its ``/proc/PID/environ`` and memory become root's to
   read, so a command (same user) cannot read the runner's token from there.
 - ``scrub_environ``: ``/proc/PID/environ`` shows the environment as it was at exec (the

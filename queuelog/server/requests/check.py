@@ -33,8 +33,8 @@ class Declared:
     def __init__(self, schema: JSON) -> None:
         self.schema = schema
         # fastjsonschema runs a ``not`` by catching the exception its subschema raises, and
-        # building one cost 8 us: a batch of 100 enqueues spent 0.9 ms of its 1 ms of checks
-        # there. So the verdict's schema leaves them out and ``Nots`` decides them apart.
+        # building that exception is costly: it would be most of a batch enqueue's checks. So the
+        # verdict's schema leaves them out and ``Nots`` decides them apart.
         without, self.nots = _split_nots(schema)
         self.fast: Callable[[Any], Any] = fastjsonschema.compile(
             without, formats=FORMATS, use_default=False)  # a default is the view's to apply
@@ -143,7 +143,7 @@ def _declared(app: Flask) -> dict[str, Declared]:
 
 
 # Declarations compiled in this process, by their JSON text: apps with the same settings
-# share them (compiling one took 2-8 ms: most of a test app's first requests).
+# share them (compiling one is most of a fresh test app's first requests).
 _COMPILED: dict[str, Declared] = {}
 _COMPILED_KEPT = 256
 _COMPILING = threading.Lock()

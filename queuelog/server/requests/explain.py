@@ -78,7 +78,7 @@ def _checker() -> tuple[Any, Any]:
     """jsonschema's validator class (with our ``items``) and format checker, made once.
 
     jsonschema is imported here, on the first body that fails its declaration, not when the
-    process starts: with its dependencies it cost every server and command start 47 ms.
+    process starts: with its dependencies it would slow every server and command start.
     """
     import jsonschema
     from jsonschema._keywords import items as items_keyword

@@ -115,7 +115,7 @@ def _depth(value: Any) -> int:
     """How deep ``value`` nests (a scalar 0), counted no further than ``MAX_DEPTH + 1``.
 
     Level by level, containers only (a batch's scalars are most of its values), and
-    ``type() is``: JSON's own dicts and lists, never subclasses. A batch of 100: 145 -> 53 us.
+    ``type() is``: JSON's own dicts and lists, never subclasses.
     """
     kind = type(value)
     level = [value] if kind is dict or kind is list else []

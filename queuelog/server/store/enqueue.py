@@ -86,8 +86,8 @@ class Enqueue(Part):
             for q in (_BY_KEY, _BY_KEYS, self.notifier.notifying(_INSERT), _INSERT_LINKED))
         self._mark = {own: Prepared(q, sa_dialect) for own, q in _MARK.items()}
         # A batch's rows in one statement of one shape, whatever its size. (SQLAlchemy's
-        # executemany with RETURNING in parameter order ran a statement per row on SQLite:
-        # measured, half of a 100-job batch's time.)
+        # executemany with RETURNING in parameter order runs a statement per row on SQLite,
+        # which would dominate a batch's time.)
         self._insert_rows = Prepared(self.backend.insert_rows(
             jobs, _NEW_COLUMNS, returning=("id",), notifying=True), sa_dialect)
 

@@ -1,9 +1,9 @@
 """The hot statements, compiled once and run on the transaction's own driver cursor.
 
 SQLAlchemy's per-call execution path (the compiled-cache lookup, parameter processing, an
-execution context and a ``Result``) cost about 130 us a statement here, against 35 us
-for sqlite3's own ``execute`` (cProfile of a single claim: four statements, 660 us of its
-1.2 ms). The job verbs' statements stay declared once, as Core or named text
+execution context and a ``Result``) costs several times the driver's own ``execute``, and a
+single call runs several statements, so it would be a large share of a call's time. The job
+verbs' statements stay declared once, as Core or named text
 (statements.py, backends/, sql/, enqueue.py); ``Prepared`` compiles each once for the
 store's dialect and runs the SQL text
 on the DBAPI cursor of the SQLAlchemy transaction it is given, so BEGIN, COMMIT, the pool

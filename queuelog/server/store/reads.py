@@ -30,7 +30,7 @@ def status_is(status: Status, table: Any = jobs) -> Any:
 # under each producer with the unique index: the cost grows with producers, not jobs.
 # CROSS JOIN: SQLite keeps that join order (PostgreSQL reads it as a plain join). With a
 # free order SQLite built a temporary index of every job instead (its statistics count
-# the jobs without a key as one value): 1.3 s at 10M jobs, not 0.1 ms.
+# the jobs without a key as one value), a cost that grows with the table.
 HOLDING_KEY = text("""
 WITH RECURSIVE p(name) AS (
     SELECT MIN(producer) FROM jobs

@@ -1,9 +1,9 @@
 """SQLite's writers take turns: a queue in each process, and a file lock between processes.
 
 SQLite lets one writer in at a time and makes the others wait in its busy handler, which
-*sleeps* (1, 2, 5, 10 ... up to 100 ms a try) and is not fair: under 4 clients on
-``gunicorn -w 2`` a single call took 5.7 ms at p50 but 126 ms at p99 and 644 ms at worst
-(bench/peers), while the write itself holds the lock for about a millisecond. Here a
+*sleeps* (1, 2, 5, 10 ... up to 100 ms a try) and is not fair: with a few clients on
+``gunicorn -w 2`` the slowest single calls wait many times longer than the write they wait
+for, which holds the lock only briefly. Here a
 writer first takes its process's mutex (the threads of one process queue on it, woken
 the moment it is free), then an exclusive ``flock`` of ``<db>-wake/write.lock`` (the
 processes on the database wait in the kernel, which wakes a waiter at the unlock), and
@@ -14,8 +14,8 @@ the COMMIT. SQLite's busy timeout still bounds the wait for a writer outside thi
 Under ``SQLITE_SYNCHRONOUS=FULL`` the fsync is made out of turn, too (``wal``): a group
 commits with ``synchronous=NORMAL`` (WAL frames written, not synced), frees the locks, and
 then fdatasyncs the WAL file before any of its writers is answered. The answer waits for
-the disk as before; the next writer does not (measured: the lock was held through the
-fsync, which bounded 4 clients' single calls). One fsync of the file covers every commit
+the disk as before; the next writer does not (a lock held through the fsync would bound
+concurrent single calls by the disk). One fsync of the file covers every commit
 appended before it, so the fsyncs of processes overlap. SQLite's own NORMAL keeps the WAL
 consistent after a crash (frames are checksummed in a chain, so a crash keeps a prefix of
 the commits; it syncs the WAL before a checkpoint and
@@ -197,8 +197,8 @@ class WriteTurns:
         deferred = False
         try:
             # The pragma is this connection's own: set before the lock, so that the other
-            # processes do not wait for it (5-7% of a single enqueue's time in the lock:
-            # bench/bench_spread.py --single --trace-turns).
+            # processes do not wait for it (bench/bench_spread.py --single --trace-turns
+            # shows what is done inside the lock).
             deferred = self._defer_sync(conn)
             fd = self._lock_file()
             if fd is not None:

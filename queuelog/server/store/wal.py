@@ -2,7 +2,7 @@
 
 SQLite's own checkpoint runs inside the COMMIT that fills the WAL past 1,000 pages, and so
 inside that writer's turn, where it would stop every writer for as long as it copies and
-fsyncs (100-200 ms stalls here); connections turn it off (engine.py) and ``Checkpoints``
+fsyncs; connections turn it off (engine.py) and ``Checkpoints``
 makes them in a thread of its own: after every ``CHECKPOINT_EVERY`` commits of the process
 or ``CHECKPOINT_SECONDS`` after the first commit not yet copied, whichever comes first, and
 a TRUNCATE one when the store closes. A WAL file grown past ``WAL_SIZE_LIMIT`` (the

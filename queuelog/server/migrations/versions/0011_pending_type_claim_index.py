@@ -3,8 +3,8 @@
 ``ix_jobs_pending_type_claim`` (type, priority DESC, run_at, id), pending jobs only. A
 claim of one type walked ``ix_jobs_claim`` and skipped every due job of the other types
 ahead of its own: with 300,000 ``pdf`` jobs pending at a higher priority, each claim of an
-``email`` job read all of them (27 ms on SQLite, 40 ms on PostgreSQL, growing with the
-backlog; 0.5 ms for a claim of ``pdf`` itself). An enqueue writes one index entry more.
+``email`` job read all of them, a cost growing with the other types' backlog. An enqueue
+writes one index entry more.
 
 Building it reads every pending job once; on a large queue run ``queuelog db upgrade``
 in a quiet moment (SQLite holds its write lock, PostgreSQL blocks writes to ``jobs``,
