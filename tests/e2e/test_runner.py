@@ -396,14 +396,18 @@ echo - >> {events}
 
 def test_the_runner_survives_a_server_restart_and_its_answer_lands(live, work, jtype, tmp_path,
                                                                    monkeypatch):
-    started = tmp_path / "started"
-    handler = script(tmp_path, "restart.sh", f"touch {started}\nsleep 3\necho '{{\"ok\": 1}}'\n")
+    started, go, ended = tmp_path / "started", tmp_path / "go", tmp_path / "ended"
+    handler = script(tmp_path, "restart.sh", f"touch {started}\n"
+                     f"while [ ! -e {go} ]; do sleep 0.05; done\n"
+                     f"echo '{{\"ok\": 1}}'\ntouch {ended}\n")
     job = live.producer.enqueue(jtype, {})
     w = work("--types", jtype, "--lease", "60", "--", handler)
     wait_for(started.exists, what="the command to start")
     port = live.server.port
     live.server.kill()
-    time.sleep(4)  # the command ends while the server is down: the answer must wait
+    go.touch()  # the command ends while the server is down: the answer must wait
+    wait_for(ended.exists, what="the command to end")
+    time.sleep(1)  # the runner's first tries at the answer meet no server
     monkeypatch.setattr(server_process, "free_port", lambda: port)
     live.server.start()
     done = wait_for(lambda: finished(live, job["id"]), timeout=30, what="the answer")
