@@ -132,3 +132,19 @@ def test_minutes_older_than_two_hours_are_pruned(store: Store, clock: Any) -> No
     assert store.purge(3600 * 1_000_000) == 2  # a purge prunes too, in its last batch
     with store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(attempt_minutes)).scalar() == 0
+
+
+def test_ends_from_two_connections_in_one_minute_add_up(store: Store, db_url: str,
+                                                       clock: Any) -> None:
+    """PostgreSQL spreads writers over shards (the backend's pid): readers add them up."""
+    other = Store(db_url)
+    other.clock = clock
+    try:
+        for _ in range(2):
+            add(store, "email")
+        first, second = held(store, "w1", "email", 2)
+        store.complete(first.id, "w1", first.attempt)
+        other.complete(second.id, "w1", second.attempt)
+        check(store, {("email", "w1"): (2, 0)})
+    finally:
+        other.close()

@@ -19,7 +19,7 @@ from queuelog.model.jobs import Status
 from queuelog.server.store import minutes
 from queuelog.server.store.reads import status_is
 from queuelog.server.store.part import Part
-from queuelog.server.store.tables import job_attempts, jobs
+from queuelog.server.store.tables import jobs
 
 DAY_US = 86_400_000_000
 

@@ -44,9 +44,9 @@ _SQLITE_ADD = (
     "ON CONFLICT (minute_at, type, worker_id, shard) DO UPDATE SET "
     "completed = completed + excluded.completed, failed = failed + excluded.failed;")
 SQLITE_TRIGGERS = [
-    "CREATE TRIGGER attempts_minute_end AFTER UPDATE OF finished_at ON job_attempts "
-    f"WHEN OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL AND NEW.outcome IN {ENDED} "
-    f"BEGIN {_SQLITE_ADD} END",
+    ("CREATE TRIGGER attempts_minute_end AFTER UPDATE OF finished_at ON job_attempts "
+     f"WHEN OLD.finished_at IS NULL AND NEW.finished_at IS NOT NULL AND NEW.outcome IN {ENDED} "
+     f"BEGIN {_SQLITE_ADD} END"),
 ]
 
 PG_FUNCTION = f"""
@@ -71,9 +71,9 @@ END $$
 # Transition tables allow no column list: every UPDATE of job_attempts runs it, and the
 # WHERE above keeps the attempts that ended in it.
 PG_TRIGGERS = [
-    "CREATE TRIGGER attempts_minute_end AFTER UPDATE ON job_attempts "
-    "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows "
-    "FOR EACH STATEMENT EXECUTE FUNCTION queuelog_count_attempt_minutes()",
+    ("CREATE TRIGGER attempts_minute_end AFTER UPDATE ON job_attempts "
+     "REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows "
+     "FOR EACH STATEMENT EXECUTE FUNCTION queuelog_count_attempt_minutes()"),
 ]
 
 # The attempts that ended in the two hours before the newest end, by minute.
