@@ -146,7 +146,7 @@ class Stats(Part):
 
     def outcomes_per_minute(self, count: int = minutes.HOUR_MINUTES) -> Series:
         """Completed and failed attempts per minute over the last ``count`` minutes (the
-        current one last)."""
+        current one last; the rollup keeps two hours, so older minutes read 0)."""
         start, end = minutes.window(self.clock(), count)
         with self._read.connect() as conn:
             ended = minutes.per_minute(conn, start, end)
