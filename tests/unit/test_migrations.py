@@ -20,14 +20,14 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import create_engine, func, inspect, select
+from sqlalchemy import create_engine, inspect, select
 from sqlalchemy.engine import make_url
 
 from conftest import BACKENDS
+from helpers import minute_rows
 from queuelog import create_app
 from queuelog.model.jobs import Status
-from queuelog.server.store.tables import (attempt_minutes, job_counts, metadata, paused_types,
-                                          type_limits)
+from queuelog.server.store.tables import job_counts, metadata, paused_types, type_limits
 from queuelog.server import migrations
 from queuelog.server.store import NewJob, Store, migrate, revisions
 from queuelog.server.store.migrate import alembic_config, current, head, scripts
@@ -372,15 +372,6 @@ def test_a_database_at_head_starts_without_alembic_and_a_behind_one_upgrades(
         store.close()
 
 
-def rollup(store: Store) -> dict[tuple[int, str, str], tuple[int, int]]:
-    """The per-minute rollup (0015), every shard added up."""
-    m = attempt_minutes.c
-    with store.engine.connect() as conn:
-        return {(int(at), t, w): (int(c), int(f)) for at, t, w, c, f in conn.execute(
-            select(m.minute_at, m.type, m.worker_id, func.sum(m.completed), func.sum(m.failed))
-            .group_by(m.minute_at, m.type, m.worker_id))}
-
-
 def test_0015_fills_the_rollup_from_the_two_hours_before_the_newest_end(fresh_url, clock):
     """An upgraded server's pages show the hour they showed before; then the trigger counts."""
     store = Store(fresh_url)
@@ -398,14 +389,14 @@ def test_0015_fills_the_rollup_from_the_two_hours_before_the_newest_end(fresh_ur
         store.fail(bad.id, "w2", bad.attempt, "boom")
         minute = clock.now - clock.now % 60_000_000
         recent = {(minute, "email", "w1"): (1, 0), (minute, "email", "w2"): (0, 1)}
-        assert len(rollup(store)) == 3 and recent.items() <= rollup(store).items()
+        assert len(minute_rows(store)) == 3 and recent.items() <= minute_rows(store).items()
         with store.engine.begin() as conn:
             command.downgrade(alembic_config(conn), "0014")
         assert "attempt_minutes" not in inspect(store.engine).get_table_names()
         store.create_schema()
-        assert rollup(store) == recent
+        assert minute_rows(store) == recent
         last = store.claim("w1")
         store.complete(last.id, "w1", last.attempt)
-        assert rollup(store) == {**recent, (minute, "email", "w1"): (2, 0)}
+        assert minute_rows(store) == {**recent, (minute, "email", "w1"): (2, 0)}
     finally:
         store.close()
