@@ -10,6 +10,7 @@
 
     python bench/bench_store.py                      # SQLite in a temp dir
     python bench/bench_store.py --database-url postgresql+psycopg://postgres@127.0.0.1/queuelog
+    python bench/bench_store.py --only-backlog --small 10000 --large 10000000 --database-url ...
 
 On PostgreSQL the benchmark works in schemas of its own (queuelog_bench_*), dropped at the
 end; the database's own tables are never touched.
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--large", type=int, default=100_000, help="large backlog")
     parser.add_argument("--http-ops", type=int, default=300, help="enqueues per HTTP run")
     parser.add_argument("--skip-http", action="store_true")
+    parser.add_argument("--only-backlog", action="store_true",
+                        help="(b) alone: one fill of --large (ten million take minutes)")
     args = parser.parse_args(argv)
     if args.ops is None:
         args.ops = 300 if args.database_url else 1000
@@ -394,23 +397,26 @@ def run(args: argparse.Namespace, slots: dict[str, Slot]) -> None:
         f"SQLite {sqlite3.sqlite_version}, synchronous={slots['raw'].synchronous}"
     print(f"queuelog store benchmark: {backend}; medians of {args.runs} runs", flush=True)
     started = time.perf_counter()
-    a = bench_vs_raw(slots["raw"], args.runs, args.ops)
-    driver = "psycopg" if postgres else "sqlite3"
-    rows = [(f"claim+complete, raw {driver}", f"{a['raw']:,.0f}/s", "1.00"),
-            (f"claim+complete, store ({a['statements']} statements, raw 5)",
-             f"{a['store']:,.0f}/s", f"{a['ratio']:.2f} of raw")]
+    rows = []
+    if not args.only_backlog:
+        a = bench_vs_raw(slots["raw"], args.runs, args.ops)
+        driver = "psycopg" if postgres else "sqlite3"
+        rows += [(f"claim+complete, raw {driver}", f"{a['raw']:,.0f}/s", "1.00"),
+                 (f"claim+complete, store ({a['statements']} statements, raw 5)",
+                  f"{a['store']:,.0f}/s", f"{a['ratio']:.2f} of raw")]
     b = bench_backlog(slots["small"], slots["large"], (args.small, args.large), args.runs,
                       args.ops)
     rows += [(f"claim+complete, {args.small:,} pending", f"{b['small']:,.0f}/s", "1.00"),
              (f"claim+complete, {args.large:,} pending", f"{b['large']:,.0f}/s",
               f"{b['ratio']:.2f} of {args.small:,}")]
-    d = bench_other_type(slots["small"], slots["large"], (args.small, args.large), args.runs,
-                         args.ops)
-    rows += [(f"claim of one type, {args.small:,} of another ahead", f"{d['small']:,.0f}/s",
-              "1.00"),
-             (f"claim of one type, {args.large:,} of another ahead", f"{d['large']:,.0f}/s",
-              f"{d['ratio']:.2f} of {args.small:,}")]
-    if not args.skip_http:
+    if not args.only_backlog:
+        d = bench_other_type(slots["small"], slots["large"], (args.small, args.large),
+                             args.runs, args.ops)
+        rows += [(f"claim of one type, {args.small:,} of another ahead",
+                  f"{d['small']:,.0f}/s", "1.00"),
+                 (f"claim of one type, {args.large:,} of another ahead",
+                  f"{d['large']:,.0f}/s", f"{d['ratio']:.2f} of {args.small:,}")]
+    if not args.skip_http and not args.only_backlog:
         c = bench_http(slots["http"], args.runs, args.http_ops)
         rows += [("enqueue, store", f"{c['store']:,.0f}/s", "1.00"),
                  ("enqueue, HTTP (Flask test client)", f"{c['http']:,.0f}/s",

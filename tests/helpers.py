@@ -150,3 +150,16 @@ def until(check: Callable[[], bool], timeout: float = 10) -> None:
     while not check() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert check(), "condition not reached in time"
+
+
+def minute_rows(store: Any) -> dict[tuple[int, str, str], tuple[int, int]]:
+    """The per-minute rollup of ended attempts (migration 0015): (minute_at, type, worker)
+    -> (completed, failed), every shard added up."""
+    from sqlalchemy import func, select
+
+    from queuelog.server.store.tables import attempt_minutes
+    m = attempt_minutes.c
+    with store.engine.connect() as conn:
+        return {(int(at), t, w): (int(c), int(f)) for at, t, w, c, f in conn.execute(
+            select(m.minute_at, m.type, m.worker_id, func.sum(m.completed), func.sum(m.failed))
+            .group_by(m.minute_at, m.type, m.worker_id))}

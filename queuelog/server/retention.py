@@ -14,6 +14,12 @@ statement to ``job_count_deltas``; reading the counts folds them too, but a data
 counts nobody reads, no scraper and no dashboard, would otherwise grow that table for ever).
 So on PostgreSQL the round runs whether or not a retention duration is set.
 
+It also deletes the per-minute rollup's minutes past their two hours (``store/minutes.py``;
+each purge does it in its last transaction, so a round with no duration set does it
+alone). Those rows grow with every minute in which attempts ended, on both backends, so
+the round runs on SQLite too, whether or not a duration is set: one small DELETE per
+interval, after a write.
+
 Why after a response rather than in a daemon thread: gunicorn forks workers (a thread
 started before the fork is gone), an idle process would keep waking to compete for
 SQLite's write lock for nothing, and tests could not drive a thread with the fake clock.
@@ -84,15 +90,9 @@ class Retention:
         self._lock = threading.Lock()
         self._last: int | None = None
 
-    @property
-    def active(self) -> bool:
-        """True when a round has anything to do: a duration set, or deltas to fold."""
-        return bool(self.rules) or self.folds
-
     def maybe_run(self) -> int:
-        """Purge one batch per status, fold the count deltas, once per interval; jobs deleted."""
-        if not self.active:
-            return 0
+        """Purge one batch per status, fold the count deltas, prune the rollup's old minutes,
+        once per interval; jobs deleted."""
         now = self.store.clock()
         # A clock that went backwards (now < last) counts as due, not as "wait an age".
         if self._last is not None and self._last <= now < self._last + self.interval_us:
@@ -109,6 +109,8 @@ class Retention:
                                             actor="retention")
             if deleted:
                 log.info("retention: deleted %d finished job(s)", deleted)
+            if not self.rules:  # else each purge above pruned in its transaction
+                self.store.prune_minutes()
             if self.folds:
                 self.store.fold_counts()
             return deleted
@@ -153,16 +155,16 @@ def init_app(app: Flask) -> Retention:
     store: Store = app.extensions["queuelog.store"]
     retention = from_config(store, app.config)
     app.extensions["queuelog.retention"] = retention
-    if retention.active:
-        # Never the claim (it does not call the hook), whose latency workers feel.
-        store.hook(jobs_written=_mark_due)
+    # Always: a round has the rollup's old minutes to prune, if nothing else. Never the
+    # claim (it does not call the hook), whose latency workers feel.
+    store.hook(jobs_written=_mark_due)
 
-        @app.after_request
-        def _schedule(response: Response) -> Response:
-            if g.pop(_DUE, False) and response.status_code < 400:
-                # After the body is sent: the client never waits for the purge.
-                response.call_on_close(retention.maybe_run)
-            return response
+    @app.after_request
+    def _schedule(response: Response) -> Response:
+        if g.pop(_DUE, False) and response.status_code < 400:
+            # After the body is sent: the client never waits for the purge.
+            response.call_on_close(retention.maybe_run)
+        return response
     return retention
 
 

@@ -275,6 +275,15 @@ def _purge(store: Store, clock: Any) -> None:
     assert [j.status for j in store.list_jobs().jobs] == [Status.PENDING]
 
 
+@case("prune_minutes")
+def _prune_minutes(store: Store, clock: Any) -> None:
+    job = _held(store)[0]
+    store.complete(job.id, "w1", job.attempt)  # its minute's row in the rollup
+    assert store.prune_minutes() == 0
+    clock.advance(2 * 3600 + 60)
+    assert store.prune_minutes() == 1 and store.prune_minutes() == 0
+
+
 @case("outcomes_per_minute")
 def _outcomes(store: Store, clock: Any) -> None:
     a, b = _held(store, 2)

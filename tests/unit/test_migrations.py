@@ -24,6 +24,7 @@ from sqlalchemy import create_engine, inspect, select
 from sqlalchemy.engine import make_url
 
 from conftest import BACKENDS
+from helpers import minute_rows
 from queuelog import create_app
 from queuelog.model.jobs import Status
 from queuelog.server.store.tables import job_counts, metadata, paused_types, type_limits
@@ -367,5 +368,35 @@ def test_a_database_at_head_starts_without_alembic_and_a_behind_one_upgrades(
         monkeypatch.setattr(migrate, "upgrade", calls.append)
         store.create_schema()
         assert calls == [store.engine]
+    finally:
+        store.close()
+
+
+def test_0015_fills_the_rollup_from_the_two_hours_before_the_newest_end(fresh_url, clock):
+    """An upgraded server's pages show the hour they showed before; then the trigger counts."""
+    store = Store(fresh_url)
+    store.clock = clock
+    try:
+        store.create_schema()
+        for _ in range(4):
+            store.enqueue(NewJob(producer="billing", type="email", payload_json="{}",
+                                 priority=0, max_retries=0))
+        old = store.claim("w1")
+        store.complete(old.id, "w1", old.attempt)  # three hours before the newest end
+        clock.advance(3 * 3600)
+        done, bad = store.claim("w1"), store.claim("w2")
+        store.complete(done.id, "w1", done.attempt)
+        store.fail(bad.id, "w2", bad.attempt, "boom")
+        minute = clock.now - clock.now % 60_000_000
+        recent = {(minute, "email", "w1"): (1, 0), (minute, "email", "w2"): (0, 1)}
+        assert len(minute_rows(store)) == 3 and recent.items() <= minute_rows(store).items()
+        with store.engine.begin() as conn:
+            command.downgrade(alembic_config(conn), "0014")
+        assert "attempt_minutes" not in inspect(store.engine).get_table_names()
+        store.create_schema()
+        assert minute_rows(store) == recent
+        last = store.claim("w1")
+        store.complete(last.id, "w1", last.attempt)
+        assert minute_rows(store) == {**recent, (minute, "email", "w1"): (2, 0)}
     finally:
         store.close()

@@ -56,7 +56,7 @@ _VERBS = {
     "worker_reads": ("workers",),
     "timing": ("timings",),
     "bulk": ("count_matching", "bulk_retry", "bulk_cancel"),
-    "purging": ("purge",),
+    "purging": ("purge", "prune_minutes"),
     "audit": ("audit_events", "purge_audit"),
     "due": ("next_due_in",),
     "schedules": ("make_tick", "run_schedule", "set_schedule_paused", "last_ticks",

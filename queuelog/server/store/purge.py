@@ -1,4 +1,5 @@
-"""Purge: finished jobs (and their history) deleted after their time, in bounded batches."""
+"""Purge: finished jobs (and their history) deleted after their time, in bounded batches;
+and the per-minute rollup's minutes past its two hours (``minutes.py``)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -6,6 +7,7 @@ from typing import Sequence
 from sqlalchemy import delete, exists, or_, select
 
 from queuelog.model.jobs import FINISHED, Status
+from queuelog.server.store import minutes
 from queuelog.server.store.audit import Tally
 from queuelog.server.store.part import Context, Part
 from queuelog.server.store.tables import job_attempts, job_dependencies, jobs
@@ -37,7 +39,8 @@ class Purge(Part):
         """Delete finished jobs (and their history) finished before the cutoff, in batches.
 
         With an ``actor`` the purge is audited (``jobs.purge``, one event counting every
-        batch); ``audit_empty`` records it even when nothing was deleted.
+        batch); ``audit_empty`` records it even when nothing was deleted. The last batch's
+        transaction also prunes the rollup's old minutes (no transaction of its own).
         """
         wanted = [s.value for s in statuses if s in FINISHED]
         tally = Tally(actor, "jobs.purge", None,
@@ -55,7 +58,14 @@ class Purge(Part):
                     conn.execute(delete(jobs).where(jobs.c.id.in_(ids)))
                 last = len(ids) < batch or (max_batches is not None and batches >= max_batches)
                 tally.add(conn, cutoff + older_than_us, len(ids), force=audit_empty and last)
+                if last:
+                    minutes.prune(conn, cutoff + older_than_us)
             total += len(ids)
             if len(ids) < batch:
                 break
         return total
+
+    def prune_minutes(self) -> int:
+        """Delete the per-minute rollup's minutes older than two hours; rows deleted."""
+        with self._write.begin() as conn:
+            return minutes.prune(conn, self.clock())

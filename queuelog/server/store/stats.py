@@ -3,8 +3,9 @@
 Both stay cheap at any table size. Jobs per status come from the trigger-kept counts
 (``counts.py``: exact, and as cheap at 10M jobs as at 1k); the dashboard still shows them
 capped (``COUNT_CAP``, "10,000+"). "Scheduled" depends on the clock, so it stays an index
-range of at most cap+1 entries. The chart reads one hour of ``job_attempts.finished_at``
-(index ``ix_attempts_finished``), so it costs the last hour's throughput, not history.
+range of at most cap+1 entries. The chart reads the hour's rows of the per-minute rollup
+(``minutes.py``, migration 0015): it costs the types and workers that ran, not the hour's
+attempts, and not history.
 
 Also the /metrics gauges (``gauges``) and purge's ``--dry-run`` count; every gauge reads
 the counts or index ranges that do not grow with history.
@@ -17,14 +18,14 @@ from typing import Any, Sequence
 
 from sqlalchemy import bindparam, func, literal_column, select
 
-from queuelog.model.jobs import FINISHED, Outcome, Priority, Status
+from queuelog.model.jobs import FINISHED, Priority, Status
+from queuelog.server.store import minutes
 from queuelog.server.store.part import Part
-from queuelog.server.store.tables import job_attempts, jobs, paused_types
+from queuelog.server.store.tables import jobs, paused_types
 from queuelog.server.store.counts import fold, job_counts_of, keeps_deltas
 from queuelog.server.store.reads import status_is
 
-MINUTE_US = 60_000_000
-FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+MINUTE_US = minutes.MINUTE_US
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,18 +89,6 @@ def _purgeable_statement() -> Any:
                    jobs.c.finished_at < bindparam("cutoff")))
 
 
-@functools.lru_cache(maxsize=1)
-def _series_statement() -> Any:
-    bucket = ((job_attempts.c.finished_at - bindparam("start")) // bindparam("width"))
-    return (select(bucket.label("bucket"), job_attempts.c.outcome, func.count())
-            .where(job_attempts.c.finished_at >= bindparam("start"),
-                   job_attempts.c.finished_at < bindparam("end"),
-                   job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
-            # By the output name: repeating the expression would repeat its parameters,
-            # which PostgreSQL (server-side binding) does not see as the same expression.
-            .group_by(literal_column("bucket"), job_attempts.c.outcome))
-
-
 class Stats(Part):
     """Read-only dashboard queries."""
 
@@ -155,15 +144,11 @@ class Stats(Part):
         out["scheduled"] = min(scheduled, cap + 1)
         return out
 
-    def outcomes_per_minute(self, minutes: int = 60) -> Series:
-        """Completed and failed attempts per minute over the last ``minutes`` minutes."""
-        end = (self.clock() // MINUTE_US + 1) * MINUTE_US  # end of the current minute
-        start = end - minutes * MINUTE_US
-        completed, failed = [0] * minutes, [0] * minutes
+    def outcomes_per_minute(self, count: int = minutes.HOUR_MINUTES) -> Series:
+        """Completed and failed attempts per minute over the last ``count`` minutes (the
+        current one last; the rollup keeps two hours, so older minutes read 0)."""
+        start, end = minutes.window(self.clock(), count)
         with self._read.connect() as conn:
-            rows = conn.execute(_series_statement(), {"start": start, "end": end,
-                                                      "width": MINUTE_US}).all()
-        for bucket, outcome, count in rows:
-            target = completed if outcome == Outcome.COMPLETED.value else failed
-            target[int(bucket)] += int(count)
-        return Series(start, MINUTE_US, completed, failed)
+            ended = minutes.per_minute(conn, start, end)
+        done = [ended.get(start + i * MINUTE_US, (0, 0)) for i in range(count)]
+        return Series(start, MINUTE_US, [c for c, _ in done], [f for _, f in done])

@@ -242,3 +242,18 @@ paused_schedules = Table(
     Column("paused_at", BigInteger, nullable=False),
     Column("paused_by", String(100), nullable=False),
 )
+
+# Attempts ended per (minute, type, worker), kept by triggers on ``job_attempts`` (migration
+# 0015), so the last hour of GET /types, GET /workers and the dashboard's chart costs the
+# hour's rows here (types x workers x 60), not its attempts. ``minute_at``: the minute's
+# first epoch microsecond. ``shard``: PostgreSQL's writers spread over rows (see 0015);
+# 0 on SQLite. ``failed`` counts lease expiries too. Pruned after two hours (minutes.py).
+attempt_minutes = Table(
+    "attempt_minutes", metadata,
+    Column("minute_at", BigInteger, primary_key=True),
+    Column("type", String(100), primary_key=True),
+    Column("worker_id", String(100), primary_key=True),
+    Column("shard", Integer, primary_key=True),
+    Column("completed", BigInteger, nullable=False),
+    Column("failed", BigInteger, nullable=False),
+)

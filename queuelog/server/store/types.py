@@ -5,20 +5,19 @@ import dataclasses
 import functools
 from typing import Any, Sequence
 
-from sqlalchemy import bindparam, func, insert, select
+from sqlalchemy import bindparam, insert, select
 from sqlalchemy.exc import IntegrityError
 
-from queuelog.model.jobs import Outcome, Status
+from queuelog.model.jobs import Status
 from queuelog.model.problems import Conflict
+from queuelog.server.store import minutes
 from queuelog.server.store.audit import record
 from queuelog.server.store.limits import FlowState
 from queuelog.server.store.reads import status_is
 from queuelog.server.store.part import Context, Part
-from queuelog.server.store.tables import job_attempts, jobs, paused_types
+from queuelog.server.store.tables import jobs, paused_types
 
-HOUR_US = 3_600_000_000
 PAUSE_TRIES = 3  # rounds set_paused looks again after losing a race to another admin
-FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +30,7 @@ class TypeSummary:
     paused_by: str | None
     counts: dict[str, int]            # per status (exact, from counts.py), at most the cap + 1
     oldest_pending_us: int            # age of the oldest due pending job, 0 when none
-    completed_last_hour: int
+    completed_last_hour: int          # the chart's hour (minutes.py): its 60 whole minutes
     failed_last_hour: int             # failed attempts, lease expiries included
     flow: FlowState | None = None     # limits in force, running, why a claim skips it
 
@@ -47,13 +46,6 @@ def _summary_statement(n_types: int) -> Any:
                                                 jobs.c.run_at <= bindparam("now"))
                     .order_by(jobs.c.run_at).limit(1).scalar_subquery().label(f"oldest_{i}"))
     return select(*cols)
-
-
-_LAST_HOUR = (select(jobs.c.type, job_attempts.c.outcome, func.count())
-              .select_from(job_attempts.join(jobs, jobs.c.id == job_attempts.c.job_id))
-              .where(job_attempts.c.finished_at >= bindparam("since"),
-                     job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
-              .group_by(jobs.c.type, job_attempts.c.outcome))
 
 
 class Types(Part):
@@ -79,14 +71,10 @@ class Types(Part):
         with self._read.connect() as conn:
             row = conn.execute(_summary_statement(len(types)), {**params, "now": now}
                                ).one()._mapping if types else {}
-            hour = conn.execute(_LAST_HOUR, {"since": now - HOUR_US}).all()
+            hour = minutes.per_type(conn, now)
             paused = {r.type: r for r in conn.execute(select(paused_types)).all()}
         flows = self._limits.flow_states(types)
         counts = self._stats.job_counts()
-        done: dict[tuple[str, str], int] = {}
-        for job_type, outcome, n in hour:
-            kind = "completed" if outcome == Outcome.COMPLETED.value else "failed"
-            done[job_type, kind] = done.get((job_type, kind), 0) + int(n)
         out = []
         for i, name in enumerate(types):
             oldest = row[f"oldest_{i}"]
@@ -97,8 +85,8 @@ class Types(Part):
                 counts={s.value: min(counts.get((s.value, name), 0), cap + 1)
                         for s in Status},
                 oldest_pending_us=0 if oldest is None else max(0, now - oldest),
-                completed_last_hour=done.get((name, "completed"), 0),
-                failed_last_hour=done.get((name, "failed"), 0), flow=flows[name]))
+                completed_last_hour=hour.get(name, (0, 0))[0],
+                failed_last_hour=hour.get(name, (0, 0))[1], flow=flows[name]))
         return out
 
     def set_paused(self, job_type: str, paused: bool, actor: str) -> None:

@@ -6,22 +6,22 @@ Three reads, none of which grows with the table's history:
 - the last claim of every worker name, two seeks per name in ``(worker_id, started_at)``
   (``ix_attempts_worker_started``, migration 0009): it costs the names that ever claimed,
   not the claims (a day of attempts is 24x the last hour's at a steady rate);
-- completed and failed attempts per worker in the last hour (``ix_attempts_finished``).
+- completed and failed attempts per worker in the last hour, from the per-minute rollup
+  (``minutes.py``, migration 0015): its rows, not the hour's attempts.
 """
 from __future__ import annotations
 
 import dataclasses
 
-from sqlalchemy import bindparam, func, literal_column, select, text
+from sqlalchemy import select, text
 
-from queuelog.model.jobs import Outcome, Status
-from queuelog.server.store.reads import status_is
+from queuelog.model.jobs import Status
+from queuelog.server.store import minutes
 from queuelog.server.store.part import Part
-from queuelog.server.store.tables import job_attempts, jobs
+from queuelog.server.store.reads import status_is
+from queuelog.server.store.tables import jobs
 
-HOUR_US = 3_600_000_000
-DAY_US = 24 * HOUR_US
-FAILED_OUTCOMES = (Outcome.FAILED.value, Outcome.LEASE_EXPIRED.value)
+DAY_US = 86_400_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,14 +64,6 @@ WITH RECURSIVE w(name) AS (
 SELECT name, (SELECT MAX(started_at) FROM job_attempts WHERE worker_id = w.name) FROM w
 WHERE name IS NOT NULL
 """)
-# Grouped by ``worker_id || ''``, not the column: grouping by the column lets SQLite pick a
-# (worker_id, ...) index for its order and scan every attempt ever made instead of the
-# hour's range.
-_WORKER = job_attempts.c.worker_id.concat(literal_column("''"))
-_LAST_HOUR = (select(_WORKER, job_attempts.c.outcome, func.count())
-              .where(job_attempts.c.finished_at >= bindparam("since"),
-                     job_attempts.c.outcome.in_([Outcome.COMPLETED.value, *FAILED_OUTCOMES]))
-              .group_by(_WORKER, job_attempts.c.outcome))
 
 
 class Workers(Part):
@@ -87,13 +79,10 @@ class Workers(Part):
                 running.setdefault(r.worker_id, []).append(RunningJob(
                     r.id, r.type, r.attempt, r.claimed_at, r.lease_expires_at))
             last = {w: int(t) for w, t in conn.execute(_LAST_CLAIMS) if t >= now - DAY_US}
-            hour: dict[tuple[str, bool], int] = {}
-            for w, outcome, n in conn.execute(_LAST_HOUR, {"since": now - HOUR_US}):
-                key = (w, outcome == Outcome.COMPLETED.value)
-                hour[key] = hour.get(key, 0) + int(n)
+            hour = minutes.per_worker(conn, now)
         names = sorted(set(running) | set(last))
         return [WorkerSummary(name, running.get(name, []), _latest(last.get(name), running.get(name)),
-                              hour.get((name, True), 0), hour.get((name, False), 0))
+                              *hour.get(name, (0, 0)))
                 for name in names]
 
 
