@@ -29,7 +29,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from bench_loop import fill  # noqa: E402
+from bench_loop import backends, fill  # noqa: E402
 from bench_wait import Conn  # noqa: E402
 from server_process import Server, make_keys  # noqa: E402
 
@@ -110,10 +110,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- | --- |")
     with tempfile.TemporaryDirectory() as folder:
         for r in range(1, opts.rounds + 1):
-            urls = [("SQLite FULL", f"sqlite:///{folder}/exp{r}.sqlite3")]
-            if opts.pg_url:
-                urls.append(("PostgreSQL", opts.pg_url))
-            for name, url in urls:
+            for name, url in backends(folder, f"exp{r}", opts.pg_url):
                 times, elapsed, n = measure(url, folder, opts.leases, opts.claimers)
                 ms = sorted(1000 * t for t in times)
                 p99 = ms[min(len(ms) - 1, int(0.99 * len(ms)))]

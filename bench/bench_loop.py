@@ -31,6 +31,13 @@ from bench_wait import Conn  # noqa: E402
 from server_process import Server, make_keys  # noqa: E402
 
 
+def backends(folder: str, stem: str, pg_url: str | None) -> list[tuple[str, str]]:
+    """A round's backends by name and URL: SQLite FULL in ``folder`` (a new file named
+    ``stem``), then PostgreSQL when ``pg_url`` is given."""
+    urls = [("SQLite FULL", f"sqlite:///{folder}/{stem}.sqlite3")]
+    return urls + [("PostgreSQL", pg_url)] if pg_url else urls
+
+
 def fill(producer: Conn, kind: str, n: int) -> None:
     """Enqueue ``n`` jobs of ``kind`` in batches of 100."""
     for start in range(0, n, 100):
@@ -100,10 +107,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         for r in range(1, opts.rounds + 1):
             # The backends alternate too, round by round.
-            urls = [("SQLite FULL", f"sqlite:///{folder}/loop{r}.sqlite3")]
-            if opts.pg_url:
-                urls.append(("PostgreSQL", opts.pg_url))
-            for name, url in urls:
+            for name, url in backends(folder, f"loop{r}", opts.pg_url):
                 two, one = measure(url, folder, opts.jobs)
                 print(f"| {name} | {r} | {1000 * two:.2f} | {1000 * one:.2f} | "
                       f"{one / two:.2f}x |", flush=True)
