@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select, text
 
-from helpers import add_job, enqueue
+from helpers import add_job, enqueue, minute_rows
 from queuelog import create_app
 from queuelog.model.jobs import Status
 from queuelog.server.retention import parse_duration
@@ -354,3 +354,14 @@ def test_the_round_folds_the_count_deltas_that_nobody_reads(client, store, produ
     enqueue(client, producer)
     assert delta_rows(store) == 0
     assert store.job_counts() == {("pending", "email"): 5}
+
+
+def test_the_round_prunes_the_rollups_old_minutes_with_retention_off(client, store, producer,
+                                                                     worker, clock):
+    """The per-minute rollup (migration 0015) grows with every minute attempts end in: the
+    round prunes it whether or not a retention duration is set, on every backend."""
+    finish(client, producer, worker, "completed")
+    assert len(minute_rows(store)) == 1
+    clock.advance(2 * HOUR + 120)  # past the two hours kept, and past the round's interval
+    enqueue(client, producer)  # retention is off, yet the round runs after this response
+    assert minute_rows(store) == {}

@@ -82,8 +82,3 @@ class KeyCache:
                 mapped[:_COUNTER.size] = _COUNTER.pack((n + 1) % 2 ** 64)
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        """Unmap the counter."""
-        if self._map is not None:
-            self._map.close()

@@ -25,8 +25,6 @@ from queuelog.server.store.tables import jobs, paused_types
 from queuelog.server.store.counts import fold, job_counts_of, keeps_deltas
 from queuelog.server.store.reads import status_is
 
-MINUTE_US = minutes.MINUTE_US
-
 
 @dataclasses.dataclass(frozen=True)
 class Gauges:
@@ -150,5 +148,5 @@ class Stats(Part):
         start, end = minutes.window(self.clock(), count)
         with self._read.connect() as conn:
             ended = minutes.per_minute(conn, start, end)
-        done = [ended.get(start + i * MINUTE_US, (0, 0)) for i in range(count)]
-        return Series(start, MINUTE_US, [c for c, _ in done], [f for _, f in done])
+        done = [ended.get(start + i * minutes.MINUTE_US, (0, 0)) for i in range(count)]
+        return Series(start, minutes.MINUTE_US, [c for c, _ in done], [f for _, f in done])
