@@ -148,3 +148,24 @@ def test_ends_from_two_connections_in_one_minute_add_up(store: Store, db_url: st
         check(store, {("email", "w1"): (2, 0)})
     finally:
         other.close()
+
+
+def test_an_attempt_counts_once_however_often_its_row_is_updated(store: Store,
+                                                                  clock: Any) -> None:
+    """An attempt counts when it ends: a later UPDATE of its ended row (an operator's SQL,
+    a future statement), alone or beside an attempt that ends in the same statement,
+    counts nothing again (PostgreSQL's trigger keeps the rows ended before the statement
+    out; SQLite's compares OLD and NEW)."""
+    for _ in range(2):
+        add(store, "email")
+    first, second = held(store, "w1", "email", 2)
+    store.complete(first.id, "w1", first.attempt)
+    a = job_attempts.c
+    with store.engine.begin() as conn:
+        conn.execute(job_attempts.update().where(a.job_id == first.id)
+                     .values(finished_at=a.finished_at + 1, error="noted"))
+    assert kept(store) == truth(store) == {("email", "w1"): (1, 0)}
+    with store.engine.begin() as conn:  # the ended row and an open one, in one statement
+        conn.execute(job_attempts.update().where(a.job_id.in_([first.id, second.id]))
+                     .values(finished_at=clock(), outcome="completed"))
+    assert kept(store) == truth(store) == {("email", "w1"): (2, 0)}
