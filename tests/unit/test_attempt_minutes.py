@@ -169,3 +169,14 @@ def test_an_attempt_counts_once_however_often_its_row_is_updated(store: Store,
         conn.execute(job_attempts.update().where(a.job_id.in_([first.id, second.id]))
                      .values(finished_at=clock(), outcome="completed"))
     assert kept(store) == truth(store) == {("email", "w1"): (2, 0)}
+
+
+def test_the_timings_sample_is_the_whole_hour_or_each_blocks_share() -> None:
+    """``timings.sample``: one range when the hour is small, else a range per block of
+    minutes with attempts (from the window's start), its share of the sample rounded up."""
+    from queuelog.server.store.timings import BLOCK_MINUTES, sample
+    m, b = minutes.MINUTE_US, BLOCK_MINUTES * minutes.MINUTE_US
+    assert sample({0: 3, m: 2}, 0, 60 * m, size=5) == [(0, 60 * m, 5)]
+    assert sample({0: 2, m: 4, b: 0, 2 * b + m: 4}, 0, 60 * m, size=5) == [
+        (0, b, 3), (2 * b, 3 * b, 2)]
+    assert sample({0: 1, 59 * m: 999}, 0, 60 * m, size=10) == [(0, b, 1), (11 * b, 60 * m, 10)]

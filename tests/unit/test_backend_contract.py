@@ -387,3 +387,25 @@ def test_a_store_that_can_write_says_so_and_closes_tidy(store: Store) -> None:
     assert store.write_problem() is None
     store.close()
     assert store.get(1).status is Status.PENDING  # a closed pool opens again on use
+
+
+def test_a_busy_hours_timings_sample_its_blocks_of_minutes_in_proportion(store: Store, clock: Any) -> None:
+    """Past ``size`` attempts in the hour, each block of minutes gives its newest attempts
+    in proportion to its share: not the hour's newest alone, nor all of them."""
+    clock.advance((MINUTE - clock() % MINUTE) / 1e6 + 1)  # one second into a minute
+
+    def run(n: int, seconds: float) -> None:
+        for _ in range(n):
+            add(store, "pdf")
+        got = store.claim_many("w1", n, types=["pdf"])
+        clock.advance(seconds)
+        store.complete_many("w1", [(j.id, j.attempt, None) for j in got])
+
+    run(3, 50)  # an older block of minutes: its oldest three ran 50 s, its newest three 1 s
+    run(3, 1)
+    clock.advance(6 * 60)  # another block: four ran 30 s
+    run(4, 30)
+    assert store.timings()["pdf"].run == {50: 30_000_000, 95: 50_000_000}  # all ten
+    # 3 of the first block's 6 (its newest: 1 s), 2 of the next's 4 (30 s); the hour's
+    # newest five would be four of 30 s and one of 1 s (p50 30 s).
+    assert store.timings(size=5)["pdf"].run == {50: 1_000_000, 95: 30_000_000}
