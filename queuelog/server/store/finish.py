@@ -232,8 +232,8 @@ class Finishing(Part):
             before = get_row(conn, job_id, scope)  # 404 when missing or not visible
             rows = self.cancel_rows(conn, now, jobs.c.id == job_id, running=True)
             if not rows:
-                raise WrongState(f"Job {job_id} is {before.status}: only a pending or "
-                                 "running job can be cancelled.")
+                raise WrongState(f"Job {job_id} is {before.status}: only a pending, "
+                                 "blocked or running job can be cancelled.")
             if actor is not None:
                 record(conn, now, actor, "job.cancel", str(job_id))
         return Job.from_row(rows[0])
