@@ -1,4 +1,4 @@
-"""A batch's cost per job by its size: complete_many and fail_many of 100 to 2,000 jobs.
+"""A batch's cost per job by its size: the batch verbs of 1 to 2,000 jobs.
 
     python bench/bench_batch_cost.py [--database-url postgresql+psycopg://...] [--runs 5]
 
@@ -6,7 +6,8 @@ A request's cost must grow with its size and no faster. Through the store (no HT
 run times, for each size ``n``, one ``enqueue_many`` of ``n`` jobs, one ``claim_many`` of
 them and one ``complete_many`` of them all; then the same with ``fail_many`` (no retry) in
 place of the complete. The figure is microseconds per job, the median of the runs (the
-enqueue and the claim: of both lives). On PostgreSQL it runs twice over in one sitting, alternating run by run: with the
+enqueue and the claim: of both lives); a batch of one is a single call's cost. On
+PostgreSQL it runs twice over in one sitting, alternating run by run: with the
 per-minute rollup's trigger function of migration 0015 (its transition tables joined in
 nested loops: quadratic in the batch) and with 0016's (linear), each in a schema of its own.
 SQLite (the default) has one function only: its row trigger.
@@ -15,21 +16,19 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_indexes import WORKER, new_job  # noqa: E402
+from bench_indexes import WORKER, cell, new_job  # noqa: E402
 from bench_store import Slot  # noqa: E402
 from queuelog.server.store import Store  # noqa: E402
 
-SIZES = (100, 500, 2000)
+SIZES = (1, 100, 500, 2000)  # 1: a single call's cost, the hot path
 VERSIONS = "queuelog.server.migrations.versions."
 
 
@@ -95,13 +94,8 @@ def _print(got: dict[tuple[str, str, int], list[float]], variants: list[str], ru
     print("| --- | --- | " + " | ".join("---" for _ in SIZES) + " |")
     for v in variants:
         for verb in ("enqueue", "claim", "complete", "fail"):
-            cells = [_cell(got[(v, verb, n)]) for n in SIZES]
+            cells = [cell(got[(v, verb, n)]) for n in SIZES]
             print(f"| {v} | {verb}_many | " + " | ".join(cells) + " |")
-
-
-def _cell(values: list[Any]) -> str:
-    """A median with its range."""
-    return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
 if __name__ == "__main__":

@@ -115,12 +115,12 @@ def main(argv: list[str] | None = None) -> None:
     print("| --- | --- | --- | --- |")
     for what in measures:
         full, thin = got[(what, "full")], got[(what, "lean")]
-        print(f"| {what} | {_cell(full)} | {_cell(thin)} | "
+        print(f"| {what} | {cell(full)} | {cell(thin)} | "
               f"{statistics.median(thin) / statistics.median(full):.2f} |")
 
 
-def _cell(values: list[float]) -> str:
-    """A median with its range."""
+def cell(values: list[float]) -> str:
+    """A median with its range (bench_batch_cost.py prints with it too)."""
     return f"{statistics.median(values):,.0f} ({min(values):,.0f}-{max(values):,.0f})"
 
 
