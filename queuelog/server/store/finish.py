@@ -58,8 +58,8 @@ class Finishing(Part):
         self.flows = Flows(ctx)
         self.flows.settled = self.settled  # a cascade's cancelled jobs finish as any other
         d = self.engine.dialect
-        self._by_id, self._by_ids, self._held, self._attempt_cancel, self._watch = (
-            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.HELD_BUDGETS, st.ATTEMPT_CANCEL,
+        self._by_id, self._by_ids, self._budgets, self._attempt_cancel, self._watch = (
+            Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.BUDGETS, st.ATTEMPT_CANCEL,
                                      st.WATCH))
 
     # -- the backend's part --------------------------------------------------------------
@@ -172,7 +172,8 @@ class Finishing(Part):
         one transaction, each fenced on its own, as ``complete_many``; ``clean`` as
         ``fail``."""
         with self._write.begin() as conn:
-            held = self._held.rows(conn, {"ids": [i[0] for i in items], "wkr": worker})
+            held = [r for r in self._budgets.rows(conn, {"ids": [i[0] for i in items]})
+                    if r.status == Status.RUNNING.value and r.worker_id == worker]
             rows = self._end_attempts(conn, self.clock(), Outcome.FAILED, items, held,
                                       worker=worker, clean=clean)
             refused = [i[0] for i in items if i[0] not in rows]

@@ -73,11 +73,14 @@ def heartbeat(lease: Any) -> Any:
             .returning(*jobs.c))
 
 
-# Ending attempts with a failure (a worker's fail, or leases taken back): the rows still
-# held, with their retry budgets, read before the backend's one statement moves them on.
+# Ending attempts with a failure (a worker's fail, or leases taken back): the rows with
+# their retry budgets, read before the backend's one statement moves them on (and fences
+# them). A worker's items are read by primary key alone, their holder checked on the rows
+# (``Finish.fail_many``): with the status and worker as conditions, PostgreSQL weighed
+# their indexes by statistics and, with a new table's, walked every job the worker held.
 _BUDGET = select(jobs.c.id, jobs.c.attempt, jobs.c.retry_count, jobs.c.max_retries)
-HELD_BUDGETS = _BUDGET.where(jobs.c.id.in_(b("ids", expanding=True)),
-                             status_is(Status.RUNNING), OWN)
+BUDGETS = _BUDGET.add_columns(jobs.c.status, jobs.c.worker_id).where(
+    jobs.c.id.in_(b("ids", expanding=True)))
 # A running job cancelled: its open attempt ends ``cancelled`` (an ended one is left).
 ATTEMPT_CANCEL = (update(job_attempts)
                   .where(job_attempts.c.job_id == b("jid"), job_attempts.c.attempt == b("att"),
