@@ -11,27 +11,30 @@ INSERT_ROWS = ("INSERT INTO {table} ({columns}) SELECT {picks} FROM "
                "ORDER BY ord{returning}")
 # pg_notify in a RETURNING: told to every LISTEN at commit, once however many rows.
 NOTIFIED = "pg_notify(:channel, '') AS notified"
-# The items of a complete or an end (``{columns}``: what each item adds), the fence's
-# status and worker beside them, in a MATERIALIZED CTE: so they are join clauses on
-# ``jobs``, which no index can take alone, and each item is a primary-key lookup (FENCE).
-# As constants the planner weighed them by statistics and, with a new or stale table's,
-# hashed every running job of the worker through the lease and worker indexes, dead
-# entries and the worker's whole history included: a cost growing with the table (a
-# 100-job complete's join 3.2 ms, not 0.25, after 20,000 jobs). SQLite's form: ``+``.
-ITEMS = ("v AS MATERIALIZED (SELECT CAST(i ->> 0 AS BIGINT) AS id, "
-         "CAST(i ->> 1 AS INTEGER) AS att, {columns}, "
-         "CAST('running' AS VARCHAR) AS running, CAST(:wkr AS VARCHAR) AS wkr "
-         "FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e(i))")
-FENCE = "jobs.id = v.id AND jobs.status = v.running AND jobs.attempt = v.att"
+# The items of a complete or an end (``{columns}``: what each adds to its id and attempt),
+# and the fence on their rows. Each item must be a primary-key lookup whatever the
+# statistics say: the ids as an array built in the statement (PostgreSQL cannot tell its
+# length, so it reckons a few rows and takes the primary key), and the status and worker
+# tested with ``IS NOT DISTINCT FROM``, the same test on these non-null values that no
+# index or join can take. With the fence as ``=`` and the ids only in a join, the planner
+# weighed a new or stale table's statistics and walked every running job, or every job
+# the worker ever held, or the whole table, for each batch: a cost growing with the table.
+# SQLite's form of the same: ``+``.
+_EACH = "FROM jsonb_array_elements(CAST(:items AS jsonb)) AS e(i)"
+ITEMS = ("(SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att, "
+         "{columns} " + _EACH + ")")
+FENCE = ("jobs.id = ANY(ARRAY(SELECT CAST(i ->> 0 AS BIGINT) " + _EACH + ")) "
+         "AND jobs.id = v.id AND jobs.attempt = v.att "
+         "AND jobs.status IS NOT DISTINCT FROM 'running'")
 # The one complete: the items joined to their rows, each fenced alone; their attempts
 # closed and a freed slot's wake-up sent by the same statement. ``{guard}``: PLAIN, in
 # autocommit, leaves a job with dependents to a transaction (their release goes with it).
 PLAIN = " AND NOT jobs.has_dependents"
 COMPLETE = (
-    "WITH " + ITEMS.format(columns="i ->> 2 AS res") + ", "
-    "done AS (UPDATE jobs SET status = 'completed', result = v.res, "
-    "lease_expires_at = NULL, finished_at = :now, updated_at = :now FROM v "
-    "WHERE " + FENCE + " AND jobs.worker_id = v.wkr{guard} "
+    "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
+    "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
+    "FROM " + ITEMS.format(columns="i ->> 2 AS res") + " AS v "
+    "WHERE " + FENCE + " AND jobs.worker_id IS NOT DISTINCT FROM :wkr{guard} "
     "RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
@@ -43,8 +46,9 @@ COMPLETE = (
 # ``Finishing``) joined to their rows, each fenced alone, and their attempts closed with
 # the same outcome and error. ``{own}``: held by ``:wkr``.
 END = (
-    "WITH " + ITEMS.format(columns="i ->> 2 AS status, CAST(i ->> 3 AS INTEGER) AS n, "
-                                   "CAST(i ->> 4 AS BIGINT) AS run_at, i ->> 5 AS error") + ", "
+    "WITH v AS " + ITEMS.format(
+        columns="i ->> 2 AS status, CAST(i ->> 3 AS INTEGER) AS n, "
+                "CAST(i ->> 4 AS BIGINT) AS run_at, i ->> 5 AS error") + ", "
     "ended AS (UPDATE jobs SET status = v.status, retry_count = v.n, "
     "run_at = coalesce(v.run_at, jobs.run_at), error = v.error, lease_expires_at = NULL, "
     "updated_at = :now, finished_at = CASE WHEN v.status = 'failed' THEN :now END "
@@ -53,7 +57,7 @@ END = (
     "closed AS (UPDATE job_attempts SET finished_at = :now, outcome = :outcome, "
     "error = ended.error FROM ended WHERE job_attempts.job_id = ended.id "
     "AND job_attempts.attempt = ended.attempt) SELECT * FROM ended")
-OWN = " AND jobs.worker_id = v.wkr"
+OWN = " AND jobs.worker_id IS NOT DISTINCT FROM :wkr"
 WRITABLE = text("SELECT NOT pg_is_in_recovery() "
                 "AND current_setting('transaction_read_only') = 'off'")
 ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")
