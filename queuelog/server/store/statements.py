@@ -76,7 +76,7 @@ def heartbeat(lease: Any) -> Any:
 # Ending attempts with a failure (a worker's fail, or leases taken back): the rows with
 # their retry budgets, read before the backend's one statement moves them on (and fences
 # them). A worker's items are read by primary key alone, their holder checked on the rows
-# (``Finish.fail_many``): with the status and worker as conditions, PostgreSQL weighed
+# (``Finishing.fail_many``): with the status and worker as conditions, PostgreSQL weighed
 # their indexes by statistics and, with a new table's, walked every job the worker held.
 _BUDGET = select(jobs.c.id, jobs.c.attempt, jobs.c.retry_count, jobs.c.max_retries)
 BUDGETS = _BUDGET.add_columns(jobs.c.status, jobs.c.worker_id).where(
