@@ -30,6 +30,10 @@ import click
                    "(with --post: a request's, default 30).")
 @click.option("--grace", type=click.FloatRange(0), default=30, show_default=True,
               help="Seconds running commands get to finish after SIGTERM or SIGINT.")
+@click.option("--max-error-bytes", envvar="QUEUELOG_MAX_ERROR_BYTES",
+              type=click.IntRange(1, 2**31 - 1), default=8192, show_default=True,
+              help="The server's MAX_ERROR_BYTES (else $QUEUELOG_MAX_ERROR_BYTES): a failed "
+                   "command's error carries the end of its standard error, this size in all.")
 @click.option("--post", "post_url", metavar="URL",
               help="Deliver each job as POST URL (the payload as JSON) instead of running "
                    "a command: a 2xx answer completes it.")
@@ -42,7 +46,8 @@ import click
               help="With --post: trust this CA bundle for the target's TLS certificate.")
 @click.argument("command", nargs=-1, metavar="-- COMMAND [ARG...]")
 def work(url: str | None, token_file: str | None, types: str | None, concurrency: int,
-         lease: float | None, timeout: float | None, grace: float, post_url: str | None,
+         lease: float | None, timeout: float | None, grace: float, max_error_bytes: int,
+         post_url: str | None,
          secret_file: str | None, with_job: bool, ca_file: str | None,
          command: tuple[str, ...]) -> None:
     """Run COMMAND for every job claimed: payload on stdin, exit 0 completes it.
@@ -78,7 +83,7 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     client = Client(url, token)
     runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
                     lease=lease, timeout=target.timeout if target else timeout, grace=grace,
-                    target=target)
+                    target=target, error_bytes=max_error_bytes)
     # What is loaded now lives as long as the runner: out of the collector's full walks,
     # which would otherwise land between a claim and its command.
     gc.collect()

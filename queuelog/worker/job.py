@@ -42,6 +42,7 @@ class Settings:
     lease: float | None = None     # --lease; None: the server's per type
     timeout: float | None = None   # --timeout
     target: Any = None             # --post: the PushTarget every job goes to instead
+    error_bytes: int = ERROR_BYTES  # --max-error-bytes: a failed command's error, at most
 
 
 class JobRun:
@@ -104,7 +105,8 @@ class JobRun:
         """Start the job's work: its command, with its progress and parents files."""
         self.progress = progress.ProgressFile(self.job.id, log=self.log)
         self.parents_path = self._write_parents(self.progress)
-        return JobProcess(self.settings.command, self.job.payload, self.child_env())
+        return JobProcess(self.settings.command, self.job.payload, self.child_env(),
+                          error_bytes=self.settings.error_bytes)
 
     def _write_parents(self, folder: progress.ProgressFile) -> str | None:
         """The claimed job's ``parents`` as a JSON file in its folder; None without parents."""
@@ -154,14 +156,16 @@ class JobRun:
 
     def stopped_error(self, proc: Any) -> str:
         """The error of work stopped at the end of the grace period."""
-        return _with_stderr("stopped: the worker shut down and the grace period ended", proc)
+        return _with_stderr("stopped: the worker shut down and the grace period ended", proc,
+                            self.settings.error_bytes)
 
     def exited(self, code: int, proc: Any, nxt: NextBody | None) -> ClaimedJob | None:
         """Answer as the work ended by itself: exit 0 completes, anything else fails."""
         if code == 0:
             stdout = {"stdout": proc.stdout.last(STDOUT_TAIL)}
             return self._complete(parse_result(proc.stdout), stdout, nxt)
-        return self._fail("failed", _with_stderr(describe_exit(code), proc), nxt=nxt)
+        return self._fail("failed", _with_stderr(describe_exit(code), proc,
+                                                self.settings.error_bytes), nxt=nxt)
 
     def _watch(self, proc: JobProcess) -> str:
         """Wait for the command to exit, or kill it; returns why it ended."""
@@ -317,9 +321,10 @@ class JobRun:
                  f"outcome={outcome} seconds={end - self.started:.3f}")
 
 
-def _with_stderr(head: str, proc: JobProcess) -> str:
-    """The error text: what happened, then as much of the end of stderr as fits."""
-    room = ERROR_BYTES - len(head.encode("utf-8")) - 1
+def _with_stderr(head: str, proc: JobProcess, size: int) -> str:
+    """The error text, ``size`` bytes at most: what happened, then as much of the end of
+    stderr as fits (the server keeps the first MAX_ERROR_BYTES of what it is sent)."""
+    room = size - len(head.encode("utf-8")) - 1
     tail = proc.stderr.last(room)
     return f"{head}\n{tail}" if tail else head
 

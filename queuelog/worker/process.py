@@ -16,7 +16,7 @@ from queuelog.worker.reaper import Reaper
 
 STDOUT_TAIL = 4096           # kept as {"stdout": ...} when the output is not a JSON object
 STDOUT_WHOLE = 1 << 20       # output up to this size is tried as a JSON result
-ERROR_BYTES = 8192           # MAX_ERROR_BYTES' default: the server cuts the error there
+ERROR_BYTES = 8192           # MAX_ERROR_BYTES' default (--max-error-bytes): the server cuts there
 PIPE_SETTLE_SECONDS = 1.0    # after the group is killed, how long its pipes may stay open
 TERM_TO_KILL_SECONDS = 5.0   # a stopped command's group: SIGTERM, then SIGKILL this much later
 
@@ -59,7 +59,8 @@ class JobProcess:
     SIGKILLed, so a background grandchild does not outlive the runner either.
     """
 
-    def __init__(self, argv: list[str], payload: Any, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], payload: Any, env: dict[str, str], *,
+                 error_bytes: int = ERROR_BYTES) -> None:
         runnable(argv[0], env)
         full, preexec = linux.with_death_signal(argv)
         self.proc = subprocess.Popen(full, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -67,7 +68,7 @@ class JobProcess:
                                      preexec_fn=preexec)
         REAPER.watch(self.proc.pid)
         self.stdout = Capture(STDOUT_WHOLE, STDOUT_TAIL)
-        self.stderr = Capture(ERROR_BYTES, ERROR_BYTES)
+        self.stderr = Capture(error_bytes, error_bytes)  # the error's room, at most
         self._readers = [self._thread(self._read, self.proc.stdout, self.stdout),
                          self._thread(self._read, self.proc.stderr, self.stderr)]
         data = json.dumps(payload, separators=(",", ":")).encode("utf-8") + b"\n"

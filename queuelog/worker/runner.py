@@ -18,7 +18,7 @@ from queuelog.model.claimed import ClaimedJob, MalformedJob
 from queuelog.worker.answers import Answers
 from queuelog.worker.clock import SYSTEM, Clock
 from queuelog.worker.job import JobRun, Settings
-from queuelog.worker.process import prepare
+from queuelog.worker.process import ERROR_BYTES, prepare
 from queuelog.worker.push import PushRun, PushTarget
 from queuelog.worker.slots import Slots
 
@@ -36,12 +36,12 @@ class Runner:
                  concurrency: int = 1, lease: float | None = None, timeout: float | None = None,
                  grace: float = 30.0, log: TextIO | None = None, clock: Clock = SYSTEM,
                  spawn: Callable[..., Any] = threading.Thread,
-                 target: PushTarget | None = None) -> None:
+                 target: PushTarget | None = None, error_bytes: int = ERROR_BYTES) -> None:
         self.client, self.types, self.grace, self.clock = client, types, grace, clock
         self._spawn = spawn  # makes the job threads (a test's may fail to start, as a host can)
         self.concurrency = concurrency
         env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        self.settings = Settings(list(command), env, lease, timeout, target)
+        self.settings = Settings(list(command), env, lease, timeout, target, error_bytes)
         # --post: each job is a request to the target instead of a command (push.py).
         self._run_kind = JobRun if target is None else PushRun
         self._log_to = log or sys.stderr

@@ -223,6 +223,23 @@ exit 3
     assert f"job={job['id']} type={jtype} attempt=1 outcome=failed" in w.log()
 
 
+def test_the_stderr_tail_is_sized_to_the_servers_max_error_bytes(live, work, jtype, tmp_path):
+    """The server keeps the first MAX_ERROR_BYTES of an error: a runner told a smaller limit
+    than its 8 KiB default sends that much, so the end of stderr is what survives."""
+    handler = script(tmp_path, "fail.sh", """head -c 20000 /dev/zero | tr '\\0' x >&2
+echo "the last line" >&2
+exit 3
+""")
+    job = live.producer.enqueue(jtype, {}, max_retries=0)
+    w = work("--types", jtype, "--", handler, env={"QUEUELOG_MAX_ERROR_BYTES": "300"})
+    done = wait_for(lambda: finished(live, job["id"]), what="the failure")
+    error = done["error"]
+    assert error.startswith("exit status 3\nxxx") and error.endswith("xthe last line\n")
+    assert 250 < len(error.encode()) <= 300, len(error.encode())
+    w.signal(signal.SIGTERM)
+    assert w.wait(timeout=10) == 0
+
+
 def test_timeout_kills_the_process_group_grandchildren_too(live, work, jtype, tmp_path):
     pids = tmp_path / "pids"
     handler = script(tmp_path, "slow.sh", f"""sleep 60 &
