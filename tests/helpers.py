@@ -77,12 +77,39 @@ def quick_hash(password: str) -> str:
     return generate_password_hash(password, "pbkdf2:sha256:1000")
 
 
-def cheap_dummy_hash(monkeypatch: Any) -> None:
-    """Check names that are no user against a cheap dummy hash: the server's is scrypt
-    (0.12-0.3 s apiece), which tests sending many made-up names spend most of their time
-    in. tests/api/test_auth.py keeps the real one and checks it."""
+def hash_checks(app: Any, cheap_dummy: bool = True) -> list[str]:
+    """Give ``app`` hash slots that record every hash a password is checked against (the
+    list returned); with ``cheap_dummy``, names that are no user are checked against a
+    cheap dummy hash: the server's is scrypt (0.12-0.3 s apiece), which tests sending many
+    made-up names spend most of their time in. tests/api/test_auth.py keeps the real one."""
+    from queuelog.server.throttle import HashSlots
+
+    class Recording(HashSlots):
+        """The app's slots, recording each check's hash."""
+
+        def check(self, password_hash: str, password: str) -> bool | None:
+            checked.append(password_hash)
+            return super().check(password_hash, password)
+
+    checked: list[str] = []
+    app.extensions["queuelog.hash_slots"] = Recording(
+        app.config["PASSWORD_HASH_SLOTS"], app.config["PASSWORD_HASH_WAIT_SECONDS"],
+        quick_hash("queuelog-timing-equalizer") if cheap_dummy else None)
+    return checked
+
+
+def cheap_dummy_hash(app: Any) -> None:
+    """Names that are no user are checked against a cheap dummy hash (``hash_checks``)."""
+    hash_checks(app)
+
+
+def password_clock(app: Any, start: float = 1000.0) -> list[float]:
+    """Give ``app`` a password cache that keeps time by the returned one-item list (seconds),
+    which the test moves: ``now[0] += AUTH_CACHE_SECONDS``."""
     from queuelog.server import auth
-    monkeypatch.setattr(auth, "_dummy_hash", lambda: quick_hash("queuelog-timing-equalizer"))
+    now = [start]
+    app.extensions["queuelog.password_cache"] = auth.password_cache(app, timer=lambda: now[0])
+    return now
 
 
 def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:

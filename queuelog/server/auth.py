@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import hmac
 import threading
@@ -13,7 +12,7 @@ from typing import Any, Callable, TypeVar
 from cachetools import TTLCache
 from flask import Flask, current_app, g, request
 from flask_httpauth import HTTPBasicAuth, HTTPTokenAuth, MultiAuth
-from werkzeug.security import check_password_hash, generate_password_hash
+from werkzeug.security import generate_password_hash
 
 from queuelog.model.problems import Forbidden, TooManyRequests, UnsupportedMediaType
 
@@ -125,7 +124,8 @@ def _verify_password(username: str, password: str) -> Principal | None:
     user = store.accounts.user(username)
     # An unknown user costs as long as a wrong password (the dummy hash), so names cannot
     # be probed.
-    matches = _check_password(user.password_hash if user else _dummy_hash(), password)
+    slots: HashSlots = current_app.extensions["queuelog.hash_slots"]
+    matches = _check_password(slots, user.password_hash if user else slots.dummy(), password)
     if user is None or not matches:
         throttle.failed(store.sign_ins, username, address, store.clock())
         return None
@@ -150,22 +150,14 @@ def signed_in() -> Principal | None:
     return g.get("queuelog_signed_in")
 
 
-def _check_password(password_hash: str, password: str) -> bool:
+def _check_password(slots: HashSlots, password_hash: str, password: str) -> bool:
     # The slow hash, in one of this process's few slots, so guessing cannot take every
     # thread and core (throttle.HashSlots).
-    slots: HashSlots = current_app.extensions["queuelog.hash_slots"]
-    if not slots.acquire():
+    matches = slots.check(password_hash, password)
+    if matches is None:
         raise TooManyRequests("Too many sign-ins are being checked at once; try again in a "
                               "second.", headers={"Retry-After": "1"})
-    try:
-        return check_password_hash(password_hash, password)
-    finally:
-        slots.release()
-
-
-@functools.lru_cache(maxsize=1)
-def _dummy_hash() -> str:
-    return generate_password_hash("queuelog-timing-equalizer")
+    return matches
 
 
 @token_auth.verify_token
@@ -270,13 +262,16 @@ def require(*gated: Callable[..., Any], write: bool = False) -> Callable[[F], F]
     return decorate
 
 
+def password_cache(app: Flask, timer: Callable[[], float] = time.monotonic,
+                   ) -> TTLCache[bytes, Principal]:
+    """Successful password checks, kept ``AUTH_CACHE_SECONDS`` by ``timer``'s clock."""
+    return TTLCache(maxsize=1024, ttl=float(app.config["AUTH_CACHE_SECONDS"]), timer=timer)
+
+
 def init_app(app: Flask) -> None:
     """Give the app its password cache, throttle and hash slots; credentials before routing."""
     # Successful password checks, briefly: the slow hash is not paid on every request.
-    # The timer is looked up on each call, so a test can move the clock (time.monotonic).
-    app.extensions["queuelog.password_cache"] = TTLCache(
-        maxsize=1024, ttl=float(app.config["AUTH_CACHE_SECONDS"]),
-        timer=lambda: time.monotonic())
+    app.extensions["queuelog.password_cache"] = password_cache(app)
     app.extensions["queuelog.password_cache_lock"] = threading.Lock()
     app.extensions["queuelog.sign_in_throttle"] = SignInThrottle()
     app.extensions["queuelog.hash_slots"] = HashSlots(app.config["PASSWORD_HASH_SLOTS"],

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import threading
 
+from werkzeug.security import check_password_hash, generate_password_hash
+
 from queuelog.server.store import SignIns
 
 FAILURES = 10                 # failed sign-ins allowed per pair ...
@@ -54,9 +56,11 @@ class HashSlots:
     so its thread is free again at once instead of queueing behind the hashes.
     """
 
-    def __init__(self, slots: int, wait: float) -> None:
+    def __init__(self, slots: int, wait: float, dummy: str | None = None) -> None:
         self._slots = threading.BoundedSemaphore(slots)
         self.wait = wait
+        self._dummy = dummy
+        self._dummy_made = threading.Lock()
 
     def acquire(self) -> bool:
         """Take a slot, waiting at most ``wait`` seconds; False if none came free."""
@@ -65,3 +69,22 @@ class HashSlots:
     def release(self) -> None:
         """Give the slot back."""
         self._slots.release()
+
+    def check(self, password_hash: str, password: str) -> bool | None:
+        """Whether ``password`` matches ``password_hash``, checked in a slot; None if no
+        slot came free within ``wait`` seconds."""
+        if not self.acquire():
+            return None
+        try:
+            return check_password_hash(password_hash, password)
+        finally:
+            self.release()
+
+    def dummy(self) -> str:
+        """The hash a name that is no user is checked against: of the method and cost a
+        person's password gets, so the answer's time does not tell names apart. Made once,
+        at the first unknown name (a slow hash: not at start)."""
+        with self._dummy_made:
+            if self._dummy is None:
+                self._dummy = generate_password_hash("queuelog-timing-equalizer")
+            return self._dummy

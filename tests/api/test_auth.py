@@ -8,7 +8,7 @@ import pytest
 
 
 from queuelog.server.auth import Principal
-from helpers import SQLITE_ONLY, basic, quick_hash
+from helpers import SQLITE_ONLY, basic, hash_checks, quick_hash
 
 
 # (method, path, body, {role that may call it: its exact status}); every other role gets 403.
@@ -146,16 +146,12 @@ def test_a_key_revoked_elsewhere_stops_at_once_here(client, store, db_url):
     assert client.post("/jobs/claim", headers=headers).status_code == 401
 
 
-def test_an_unknown_user_costs_what_a_known_one_does(client: Any, make_user: Any,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_user_costs_what_a_known_one_does(client: Any, make_user: Any) -> None:
     """A name that is no user is still checked against a slow hash, of the method and cost
     a person's password gets (hash_password), so the answer's time does not tell names
     apart. (Other tests make that dummy hash cheap; this one keeps it.)"""
     from queuelog.server import auth
-    checked: list[str] = []
-    real = auth.check_password_hash
-    monkeypatch.setattr(auth, "check_password_hash",
-                        lambda h, p: checked.append(h) or real(h, p))
+    checked = hash_checks(client.application, cheap_dummy=False)
     assert client.get("/jobs", headers=basic("nobody-at-all", "guess")).status_code == 401
     method = auth.hash_password("x").split("$", 1)[0]
     assert [h.split("$", 1)[0] for h in checked] == [method]

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 
+from helpers import password_clock
 from queuelog import create_app
 
 
@@ -186,11 +187,9 @@ def test_init_db_reports_what_it_did_on_a_new_database(tmp_path):
     assert init_db() == f"The database is ready: already at {head} (the newest revision)."
 
 
-def test_users_list_delete_and_set_password(runner, client, store, monkeypatch):
+def test_users_list_delete_and_set_password(runner, client, store):
     """People can be listed, locked out and given a new password from the command line."""
-    from queuelog.server import auth
-    now = [1000.0]  # the password cache's clock
-    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
+    now = password_clock(client.application)  # the password cache's clock
     ttl = client.application.config["AUTH_CACHE_SECONDS"] + 0.01
     for name, role in (("vera", "viewer"), ("olga", "admin")):
         assert runner.invoke(args=["users", "create", name, "--role", role, "--password-stdin"],

@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import exc as sa_exc
 
-from helpers import SQLITE_ONLY, add_user, basic, cheap_dummy_hash, problem
-from queuelog.server import auth
+from helpers import SQLITE_ONLY, add_user, basic, hash_checks, problem
 from queuelog.server.store import SignIns, Store
 from queuelog.server.store.signins import SWEEP
 from queuelog.server.throttle import HashSlots
@@ -23,10 +22,16 @@ from server_process import Server, table_rows
 GUESSER, OTHER = "10.0.0.66", "10.0.0.7"
 
 
+@pytest.fixture
+def hashes(app: Any) -> list[str]:
+    """Every password check the app makes (the hashes it was asked to compare with); 30
+    made-up names here: each checked against a cheap dummy hash."""
+    return hash_checks(app)
+
+
 @pytest.fixture(autouse=True)
-def _cheap_dummy_hash(monkeypatch: pytest.MonkeyPatch) -> None:
-    """30 made-up names here: each checked against a cheap dummy hash."""
-    cheap_dummy_hash(monkeypatch)
+def _cheap_dummy_hash(hashes: list[str]) -> None:
+    """Every test here has the recording slots and the cheap dummy hash (``hashes``)."""
 
 
 def sign_in(client: Any, headers: dict[str, str], address: str, path: str = "/jobs") -> Any:
@@ -34,17 +39,6 @@ def sign_in(client: Any, headers: dict[str, str], address: str, path: str = "/jo
     return client.get(path, headers=headers, environ_base={"REMOTE_ADDR": address})
 
 
-@pytest.fixture
-def hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every password check the app makes (the hashes it was asked to compare with)."""
-    seen: list[str] = []
-    real = auth.check_password_hash
-
-    def counting(pwhash: str, password: str) -> bool:
-        seen.append(pwhash)
-        return real(pwhash, password)
-    monkeypatch.setattr(auth, "check_password_hash", counting)
-    return seen
 
 
 @pytest.mark.parametrize("path", ["/jobs", "/ui/"])  # the API and the dashboard

@@ -10,9 +10,9 @@ from urllib.parse import quote
 import pytest
 from werkzeug.security import generate_password_hash
 
-from helpers import SQLITE_ONLY, add
+from helpers import SQLITE_ONLY, add, hash_checks, password_clock
 from queuelog.server.requests.bodies import DASHBOARD_STATUSES
-from queuelog.server.ui import helpers, queue
+from queuelog.server.ui import helpers
 from queuelog.server.ui.filters import PAGE_SIZE
 from queuelog.server.ui.charts import minute_chart, nice_ceiling
 from queuelog.model.jobs import Status
@@ -332,13 +332,12 @@ def _walk(client: Any, headers: dict[str, str], url: str, link: str) -> list[lis
 
 
 def test_paging_visits_every_job_exactly_once(client: Any, store: Store,
-                                              viewer: dict[str, str],
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(queue, "PAGE_SIZE", 5)
-    ids = [add(store, ("email", "pdf")[i % 2]) for i in range(23)]
+                                              viewer: dict[str, str]) -> None:
+    ids = [add(store, ("email", "pdf")[i % 2]) for i in range(2 * PAGE_SIZE + 3)]
     pages = _walk(client, viewer, "/ui/", "next")
     seen = [i for page in pages for i in page]
-    assert seen == sorted(ids, reverse=True) and len(pages) == 5
+    assert seen == sorted(ids, reverse=True) and len(pages) == 3
+    assert [len(page) for page in pages] == [PAGE_SIZE, PAGE_SIZE, 3]
     # From the last page back to the first via "newer": the same pages, reversed.
     last = pages[-1][0] + 1
     back = _walk(client, viewer, f"/ui/?before={last}", "prev")
@@ -472,18 +471,12 @@ def test_chart_on_the_page(client: Any, seeded: dict[str, int], viewer: dict[str
 # -- signing in: the password cache and the first admin ------------------------------
 
 def test_password_check_is_cached_briefly_then_a_removed_user_is_refused(
-        client: Any, store: Store, viewer: dict[str, str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        client: Any, store: Store, viewer: dict[str, str]) -> None:
     from sqlalchemy import delete
 
-    from queuelog.server import auth
     from queuelog.server.store.tables import users
-    now = [1000.0]
-    monkeypatch.setattr(auth.time, "monotonic", lambda: now[0])
-    checks = []
-    real_check = auth.check_password_hash
-    monkeypatch.setattr(auth, "check_password_hash",
-                        lambda h, p: checks.append(1) or real_check(h, p))
+    now = password_clock(client.application)
+    checks = hash_checks(client.application)
     for _ in range(3):
         assert client.get("/ui/", headers=viewer).status_code == 200
     assert len(checks) == 1  # one slow hash check for a page and the next views

@@ -77,10 +77,11 @@ def test_a_driver_error_is_sqlalchemys_and_changes_nothing(store):
         assert conn.execute(select(jobs.c.id)).all() == [(1,)]
 
 
-def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, monkeypatch):
+def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store):
     """SQLite caps a statement's parameters: a batch goes in statements of at most
     ``rows_per_insert`` rows, in one transaction, so a failure in the last undoes the first."""
-    monkeypatch.setattr(store.backend, "rows_per_insert", 3, raising=False)
+    step = getattr(store.backend, "rows_per_insert", 500)  # PostgreSQL: one statement
+    total = 2 * step + 2
     sent: list[str] = []
 
     def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
@@ -89,20 +90,20 @@ def test_a_batch_past_one_statements_rows_is_still_whole_and_in_order(store, mon
     event.listen(store.engine, "before_cursor_execute", record)
     try:
         got, _ = store.enqueue_many([NewJob("p", "email", f'{{"i": {i}}}', 0, 3)
-                                     for i in range(8)])
+                                     for i in range(total)])
     finally:
         event.remove(store.engine, "before_cursor_execute", record)
     inserts = sum(s.lstrip().upper().startswith("INSERT INTO JOBS") for s in sent)
     assert inserts == (3 if store.backend.name == "sqlite" else 1)  # PostgreSQL: one JSON
-    assert [j.payload["i"] for j in got] == list(range(8))
+    assert [j.payload["i"] for j in got] == list(range(total))
     assert [j.id for j in got] == sorted(j.id for j in got)
-    rows = [new_row(NewJob("p", "email", "{}", 0, 3), 0) for _ in range(7)]
+    rows = [new_row(NewJob("p", "email", "{}", 0, 3), 0) for _ in range(2 * step + 1)]
     rows[-1]["type"] = None  # NOT NULL: the third statement fails
     with pytest.raises(IntegrityError):
         with store.ctx.write.begin() as conn:
             store.enqueuing._insert_new(conn, rows)
     with store.engine.connect() as conn:
-        assert len(conn.execute(select(jobs.c.id)).all()) == 8
+        assert len(conn.execute(select(jobs.c.id)).all()) == total
 
 
 def test_a_batchs_jobs_are_their_rows_as_stored(store, clock):
