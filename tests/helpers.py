@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import fcntl
 import json
 import os
 import pathlib
 import shutil
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from werkzeug.security import generate_password_hash
@@ -110,6 +111,40 @@ def password_clock(app: Any, start: float = 1000.0) -> list[float]:
     now = [start]
     app.extensions["queuelog.password_cache"] = auth.password_cache(app, timer=lambda: now[0])
     return now
+
+
+REFUSED = "refused by the test"
+
+
+@contextlib.contextmanager
+def refused_writes(store: Any, table: str, op: str = "INSERT",
+                   conflict: bool = False) -> Iterator[None]:
+    """While open, the database refuses every ``op`` on ``table`` (a trigger raising
+    ``REFUSED``, both backends): a fault in the database itself, not in queuelog's code.
+    SQLite's refusal is an IntegrityError; PostgreSQL's one too with ``conflict`` (as a
+    unique key's), else a raised exception (an InternalError)."""
+    name = f"test_refuse_{table}_{op.lower()}"
+    if store.engine.dialect.name == "postgresql":
+        code = " USING ERRCODE = 'unique_violation'" if conflict else ""
+        make = [f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS "
+                f"$$ BEGIN RAISE EXCEPTION '{REFUSED}'{code}; END $$",
+                f"CREATE TRIGGER {name} BEFORE {op} ON {table} FOR EACH ROW "
+                f"EXECUTE FUNCTION {name}()"]
+        drop = [f"DROP TRIGGER {name} ON {table}", f"DROP FUNCTION {name}()"]
+    else:
+        make = [f"CREATE TRIGGER {name} BEFORE {op} ON {table} "
+                f"BEGIN SELECT RAISE(ABORT, '{REFUSED}'); END"]
+        drop = [f"DROP TRIGGER {name}"]
+    from sqlalchemy import text
+    with store.engine.begin() as conn:
+        for statement in make:
+            conn.execute(text(statement))
+    try:
+        yield
+    finally:
+        with store.engine.begin() as conn:
+            for statement in drop:
+                conn.execute(text(statement))
 
 
 def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:

@@ -4,9 +4,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from sqlalchemy.exc import IntegrityError
 
-from helpers import add, problem
+from helpers import add, problem, refused_writes
 from queuelog import create_app
 from queuelog.model.problems import Conflict
 from queuelog.server.store import Store
@@ -147,26 +146,20 @@ def test_a_batch_claim_skips_a_paused_type_too(client: Any, store: Store,
 
 @pytest.mark.parametrize("verb", ["pause", "resume"])
 def test_a_pause_that_keeps_losing_its_race_is_a_409_never_a_silent_no_op(
-        client: Any, store: Store, admin: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-        verb: str) -> None:
+        client: Any, store: Store, admin: dict[str, str], verb: str) -> None:
     """Bug 4: three IntegrityErrors fell out of set_paused's loop and it returned None."""
     if verb == "resume":
         store.set_paused("email", True, "ada")
     before = store.paused()
-    tries = []
-
-    def racing(*args: Any, **kwargs: Any) -> None:
-        # As if another admin's row landed first, in every round (PostgreSQL's unique key).
-        tries.append(1)
-        raise IntegrityError("INSERT INTO paused_types", {}, Exception("duplicate key"))
-    monkeypatch.setattr("queuelog.server.store.types.record", racing)
-    got = problem(client.post(f"/types/email/{verb}", headers=admin), 409, "conflict")
-    assert verb in got["detail"] and "email" in got["detail"]
-    assert len(tries) == 3  # it looked again, as often as it may
-    assert store.paused() == before  # every round rolled back: nothing changed
-    assert store.audit_events(action=f"type.{verb}")[0] == []
-    with pytest.raises(Conflict):
-        store.set_paused("email", verb == "pause", "ada")
+    # As if another admin's row landed first, in every round: the database answers each
+    # round's write with a unique key's error (its audit event's insert, the last write).
+    with refused_writes(store, "audit_events", conflict=True):
+        got = problem(client.post(f"/types/email/{verb}", headers=admin), 409, "conflict")
+        assert verb in got["detail"] and "email" in got["detail"]
+        assert store.paused() == before  # every round rolled back: nothing changed
+        assert store.audit_events(action=f"type.{verb}")[0] == []
+        with pytest.raises(Conflict):
+            store.set_paused("email", verb == "pause", "ada")
 
 
 def test_the_batch_claim_skips_a_paused_type_like_the_single_one(
