@@ -119,8 +119,11 @@ class Client:
     """
 
     def __init__(self, url: str, token: str, *, timeout: float | httpx.Timeout = TIMEOUT,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None,
+                 retry_first: float = RETRY_FIRST_SECONDS) -> None:
         self.url = url.rstrip("/")
+        # The first retry's pause (seconds); each later one doubles, up to RETRY_MAX_SECONDS.
+        self.retry_first = retry_first
         self._closed = threading.Event()  # set by close(): retries stop waiting
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._http = httpx.Client(
@@ -272,9 +275,9 @@ class Client:
             except ProblemError as exc:
                 if not exc.transient:
                     raise
-                pause, tries = max(backoff(tries), exc.retry_after or 0), tries + 1
+                pause, tries = max(backoff(tries, self.retry_first), exc.retry_after or 0), tries + 1
             except Unreachable:
-                pause, tries = backoff(tries), tries + 1
+                pause, tries = backoff(tries, self.retry_first), tries + 1
             left = float("inf") if end is None else end - time.monotonic()
             if left <= 0:
                 raise JobWaitTimeout(job_id, seen, timeout or 0.0)
@@ -421,11 +424,12 @@ class Client:
                         return landed if next is None else {"job": landed, "next": None}
                 if not exc.transient or self._give_up(deadline, tries):
                     raise
-                delay = max(backoff(tries), min(exc.retry_after or 0, RETRY_MAX_SECONDS))
+                delay = max(backoff(tries, self.retry_first),
+                            min(exc.retry_after or 0, RETRY_MAX_SECONDS))
             except Unreachable:
                 if self._give_up(deadline, tries):
                     raise
-                delay = backoff(tries)
+                delay = backoff(tries, self.retry_first)
             tries += 1
             self._closed.wait(min(delay, max(0.05, deadline - time.time())))
 

@@ -32,13 +32,16 @@ def real_time(clock: Any) -> Any:
 
 
 @pytest.fixture
-def connect(app: Any, real_time: Any) -> Iterator[Callable[..., Client]]:
-    """A Client for a key header, talking to the test app through ``transport``."""
+def connect(app: Any, real_time: Any,
+            request: pytest.FixtureRequest) -> Iterator[Callable[..., Client]]:
+    """A Client for a key header, talking to the test app through ``transport``; its
+    retries a few milliseconds apart in a test that asks for ``quick_retries``."""
     made: list[Client] = []
+    first = 0.005 if "quick_retries" in request.fixturenames else client_module.RETRY_FIRST_SECONDS
 
     def make(headers: dict[str, str], transport: httpx.BaseTransport | None = None) -> Client:
         c = Client("http://queue.test", token_of(headers),
-                   transport=transport or httpx.WSGITransport(app=app))
+                   transport=transport or httpx.WSGITransport(app=app), retry_first=first)
         made.append(c)
         return c
     yield make
@@ -47,9 +50,8 @@ def connect(app: Any, real_time: Any) -> Iterator[Callable[..., Client]]:
 
 
 @pytest.fixture
-def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Answer retries a few milliseconds apart."""
-    monkeypatch.setattr(client_module, "RETRY_FIRST_SECONDS", 0.005)
+def quick_retries() -> None:
+    """Answer retries a few milliseconds apart (``connect`` reads that it is asked for)."""
 
 
 def test_importing_the_client_imports_no_flask_or_sqlalchemy():
