@@ -216,11 +216,11 @@ def test_worker_death_history_shows_both_attempts(client, producer, worker, othe
 
 
 # -- long poll -----------------------------------------------------------------------
+@pytest.mark.parametrize("config", [{"LONG_POLL_LOOK_SECONDS": 60}])
 def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, worker, store,
                                                         monkeypatch):
     # The poll's own looks come a minute apart here: only the enqueue's wake-up can end the
     # wait early, and it does so with exactly one more claim try.
-    monkeypatch.setattr(app.extensions["queuelog.longpoll"], "look", 60.0)
     tries: list[int] = []
     real_claim = store.claim_many
     monkeypatch.setattr(store, "claim_many",

@@ -9,12 +9,11 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 from helpers import enqueue, until
 
-from queuelog.server import longpoll
 from queuelog.model.problems import ConfigError
 from queuelog.server.longpoll import LongPolls
 from server_process import ROOT, free_port, make_keys, request
@@ -107,10 +106,10 @@ def test_a_key_revoked_while_its_claim_waits_never_gets_a_job(app, client, store
     assert store.list_jobs().jobs[0].worker_id is None
 
 
-def test_a_revoked_key_stops_waiting_without_anyenqueue(app, store, worker, monkeypatch):
-    """No bell: the next look (the fallback poll) sees the key gone and ends the wait."""
+def test_a_revoked_key_stops_waiting_without_anyenqueue(app, store, worker):
+    """No bell: the next look (the fallback poll, each LONG_POLL_LOOK_SECONDS: 1 s) sees
+    the key gone and ends the wait."""
     polls: LongPolls = app.extensions["queuelog.longpoll"]
-    monkeypatch.setattr(polls, "look", 0.2)
     answers: list[Any] = []
     began = time.monotonic()
     thread = _polling(app, worker, 20, answers)
@@ -218,26 +217,34 @@ def _poll_over_http(port: int, headers: dict[str, str], answers: list[Any]) -> N
         time.sleep(0.05)
 
 
-class _FakeWorker:
-    """What the watcher reads of a gunicorn worker: ``alive`` and ``cfg.threads``."""
+@pytest.fixture
+def gunicorn_worker() -> Iterator[Any]:
+    """This process made to look like a gunicorn worker, as the watcher finds one: a
+    ``gunicorn.workers.base.Worker`` (not started) whose ``handle_exit`` is the SIGTERM
+    handler, with as many threads as long-poll slots."""
+    from gunicorn.workers.base import Worker
+    worker = Worker.__new__(Worker)  # its __init__ wants an arbiter, sockets and an app
+    worker.alive = True
+    worker.cfg = type("Cfg", (), {"threads": SLOTS})()
+    previous = signal.signal(signal.SIGTERM, worker.handle_exit)
+    try:
+        yield worker
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
-    def __init__(self, threads: int) -> None:
-        self.alive = True
-        self.cfg = type("Cfg", (), {"threads": threads})()
 
-
-def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker, monkeypatch,
-                                                           caplog):
-    fake = _FakeWorker(threads=SLOTS)  # no more threads than slots: worth a warning
-    monkeypatch.setattr(longpoll, "_gunicorn_worker", lambda: fake)
+def test_the_watcher_ends_open_polls_when_the_worker_stops(app, client, worker,
+                                                           gunicorn_worker, caplog):
     polls: LongPolls = app.extensions["queuelog.longpoll"]
     answers: list[Any] = []
     thread = _polling(app, worker, 20, answers)
     until(lambda: polls.waiting == 1)
     began = time.monotonic()
-    fake.alive = False  # what gunicorn's SIGTERM handler does
+    os.kill(os.getpid(), signal.SIGTERM)  # gunicorn's handler: the worker is no longer alive
+    assert not gunicorn_worker.alive
     thread.join(timeout=10)
     assert answers[0].status_code == 204 and time.monotonic() - began < 5
+    # No more threads than slots: worth a warning.
     assert [r.getMessage() for r in caplog.records if "LONG_POLL_SLOTS is 2" in r.getMessage()]
 
 
