@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select
+from sqlalchemy.exc import IntegrityError
 
 from helpers import until
 from queuelog.server.store import NewJob, Store
@@ -234,33 +235,29 @@ def test_normal_leaves_the_sync_to_sqlite(tmp_path: Path, monkeypatch: Any):
     store.close()
 
 
-def test_a_failed_commit_never_returns_a_connection_that_skips_its_fsync(
-        tmp_path: Path, monkeypatch: Any):
+def test_a_failed_commit_never_returns_a_connection_that_skips_its_fsync(tmp_path: Path):
     """A group whose COMMIT fails fails its writer, and its connection (set to skip the
     fsync) is dropped, not pooled: the next writer's connection syncs as configured."""
-    from queuelog.server.store import turns
     store = Store(f"sqlite:///{tmp_path}/failed.db", sqlite_synchronous="FULL")
     store.create_schema()
-    real = turns._Group.__init__
-
-    def failing_commit(self: Any, *args: Any) -> None:
-        real(self, *args)
-        def commit() -> None:
-            raise OSError("disk I/O error")
-        self.transaction = type("T", (), {"commit": staticmethod(commit),
-                                          "is_active": True})()
-
-    monkeypatch.setattr(turns._Group, "__init__", failing_commit)
-    try:
+    # A failure only the COMMIT finds: each new job adds a row whose deferred foreign key
+    # names no row, which SQLite checks at COMMIT (and then refuses it).
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE test_orphans (parent INTEGER REFERENCES "
+                             "test_parents(id) DEFERRABLE INITIALLY DEFERRED)")
+        conn.exec_driver_sql("CREATE TABLE test_parents (id INTEGER PRIMARY KEY)")
+        conn.exec_driver_sql("CREATE TRIGGER test_orphan AFTER INSERT ON jobs "
+                             "BEGIN INSERT INTO test_orphans VALUES (-1); END")
+    with pytest.raises(IntegrityError, match="FOREIGN KEY constraint failed"):
         store.enqueue(NewJob("p", "email", "{}", 0, 3))
-        raise AssertionError("the failed commit was not raised")
-    except OSError:
-        pass
-    monkeypatch.setattr(turns._Group, "__init__", real)
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER test_orphan")
     pool = store.engine.pool
     with store.engine.connect() as conn:  # every pooled connection: FULL
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
     assert pool.checkedout() == 0
+    assert store.list_jobs().jobs == []  # nothing of the refused commit was kept
+    store.enqueue(NewJob("p", "email", "{}", 0, 3))  # the next writer writes
     store.close()
 
 
