@@ -147,6 +147,35 @@ def refused_writes(store: Any, table: str, op: str = "INSERT",
                 conn.execute(text(statement))
 
 
+@contextlib.contextmanager
+def failing_statements(target: Any, match: str) -> Iterator[list[str]]:
+    """While open, each statement containing ``match`` sent through ``target`` (an engine,
+    or ``sqlalchemy.engine.Engine``: every engine) fails as a database gone would, before
+    it reaches the database: SQLite's "disk I/O error", PostgreSQL's lost connection (each
+    driver's OperationalError); the list holds the statements failed. SQLAlchemy's own
+    event hook: no queuelog code is patched."""
+    import sqlite3
+
+    from sqlalchemy import event
+    from sqlalchemy import exc as sa_exc
+    failed: list[str] = []
+
+    def fail(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if match in statement:
+            failed.append(statement)
+            if conn.dialect.name == "postgresql":
+                import psycopg
+                lost: Exception = psycopg.OperationalError("server closed the connection")
+            else:
+                lost = sqlite3.OperationalError("disk I/O error")
+            raise sa_exc.OperationalError(statement, {}, lost)
+    event.listen(target, "before_cursor_execute", fail)
+    try:
+        yield failed
+    finally:
+        event.remove(target, "before_cursor_execute", fail)
+
+
 def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:
     """Create a user with a cheap hash; return its Basic Authorization header."""
     store.accounts.create_user(username, quick_hash(password), role)

@@ -6,15 +6,13 @@ import concurrent.futures
 import http.client
 import re
 import time
-import sqlite3
 import threading
 from typing import Any
 
 import pytest
-from sqlalchemy import exc as sa_exc
 
-from helpers import SQLITE_ONLY, add_user, basic, hash_checks, problem
-from queuelog.server.store import SignIns, Store
+from helpers import SQLITE_ONLY, add_user, basic, failing_statements, hash_checks, problem
+from queuelog.server.store import Store
 from queuelog.server.store.signins import SWEEP
 from queuelog.server.throttle import HashSlots
 from server_process import Server, table_rows
@@ -129,13 +127,11 @@ def test_a_remembered_password_is_throttled_too(client, make_user):
     problem(sign_in(client, right, GUESSER), 429, "too-many-requests")
 
 
-def test_a_database_that_fails_the_throttle_read_answers_503(client, make_user, monkeypatch):
+def test_a_database_that_fails_the_throttle_read_answers_503(client, store, make_user):
     right = make_user("ada", "admin", "correct horse battery")
-
-    def broken(*_a: Any, **_k: Any) -> Any:
-        raise sa_exc.OperationalError("SELECT", {}, sqlite3.OperationalError("disk I/O error"))
-    monkeypatch.setattr(SignIns, "latest", broken)
-    problem(sign_in(client, right, GUESSER), 503, "unavailable")
+    with failing_statements(store.engine, "FROM signin_failures") as failed:
+        problem(sign_in(client, right, GUESSER), 503, "unavailable")
+    assert failed  # the throttle's read, not some other statement, failed the sign-in
 
 
 def _rows(db_url: str) -> int:

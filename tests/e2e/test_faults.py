@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event, exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from helpers import SQLITE_ONLY, problem
+from helpers import SQLITE_ONLY, failing_statements, problem
 from queuelog.server.errors import is_unavailable
 from queuelog.server.store.tables import metadata
 from server_process import Server, make_keys, request, table_rows
@@ -458,16 +458,14 @@ def _cli(tmp_path: Any, db_url: str, *args: str) -> Any:
 
 
 @SQLITE_ONLY
-def test_cli_database_failing_mid_command_is_one_line_and_exit_1(store, db_url, tmp_path,
-                                                                 monkeypatch):
-    from queuelog.server.store import Accounts
+def test_cli_database_failing_mid_command_is_one_line_and_exit_1(store, db_url, tmp_path):
+    from sqlalchemy.engine import Engine
 
-    def broken(*_a: Any, **_k: Any) -> Any:
-        # A real SQLite I/O error cannot be made on demand; its exception can.
-        raise sa_exc.OperationalError("SELECT", {}, sqlite3.OperationalError("disk I/O error"))
-
-    monkeypatch.setattr(Accounts, "list_keys", broken)
-    result = _cli(tmp_path, db_url, "keys", "list")
+    # A real SQLite I/O error cannot be made on demand; its exception can, on the key
+    # list's read (every engine: the command makes its own).
+    with failing_statements(Engine, "FROM api_keys") as failed:
+        result = _cli(tmp_path, db_url, "keys", "list")
+    assert failed
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == [
         "Error: the database is unavailable (OperationalError: disk I/O error); try again "
