@@ -186,7 +186,6 @@ def _synced(monkeypatch: Any, store: Store) -> list[tuple[str, bool]]:
     free at that moment (another process could have written meanwhile)."""
     import fcntl
     import os
-    from queuelog.server.store import turns
     calls: list[tuple[str, bool]] = []
     real = os.fdatasync
     lock_path = store.ctx.write.path
@@ -204,7 +203,7 @@ def _synced(monkeypatch: Any, store: Store) -> list[tuple[str, bool]]:
         calls.append((os.readlink(f"/proc/self/fd/{fd}"), free))
         real(fd)
 
-    monkeypatch.setattr(turns.os, "fdatasync", recording)
+    monkeypatch.setattr(os, "fdatasync", recording)  # the system call, not queuelog's code
     return calls
 
 
@@ -267,7 +266,6 @@ def test_a_lock_that_cannot_be_taken_fails_the_writer_with_its_own_error(
     if taking it fails, the writer gets that error, and the connection is dropped, not
     pooled to skip the fsync of the next writer."""
     import fcntl
-    from queuelog.server.store import turns
     store = Store(f"sqlite:///{tmp_path}/nolock.db", sqlite_synchronous="FULL")
     store.create_schema()
     real = fcntl.flock
@@ -277,10 +275,10 @@ def test_a_lock_that_cannot_be_taken_fails_the_writer_with_its_own_error(
             raise OSError("no locks available")
         real(fd, op)
 
-    monkeypatch.setattr(turns.fcntl, "flock", refuse)
+    monkeypatch.setattr(fcntl, "flock", refuse)  # the system call refuses, as an NFS mount can
     with pytest.raises(OSError, match="no locks available"):
         store.enqueue(NewJob("p", "email", "{}", 0, 3))
-    monkeypatch.setattr(turns.fcntl, "flock", real)
+    monkeypatch.setattr(fcntl, "flock", real)
     with store.engine.connect() as conn:  # every pooled connection: FULL
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2
     assert store.engine.pool.checkedout() == 0
