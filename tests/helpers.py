@@ -168,6 +168,7 @@ def failing_statements(target: Any, match: str) -> Iterator[list[str]]:
                 lost: Exception = psycopg.OperationalError("server closed the connection")
             else:
                 lost = sqlite3.OperationalError("disk I/O error")
+                lost.sqlite_errorcode = sqlite3.SQLITE_IOERR  # type: ignore[attr-defined]
             raise sa_exc.OperationalError(statement, {}, lost)
     event.listen(target, "before_cursor_execute", fail)
     try:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, func, select, text
 
-from helpers import add_job, enqueue, minute_rows
+from helpers import add_job, enqueue, failing_statements, minute_rows
 from queuelog import create_app
 from queuelog.model.jobs import Status
 from queuelog.server.retention import parse_duration
@@ -310,26 +310,17 @@ def test_purge_racing_an_admin_retry_never_deletes_the_retried_job(backend, clie
     assert job in ids(store)
 
 
-def test_retention_during_an_outage_logs_one_line_not_a_traceback(tmp_path, clock, caplog,
-                                                                   monkeypatch):
+def test_retention_during_an_outage_logs_one_line_not_a_traceback(tmp_path, clock, caplog):
     """A database that is gone is errors.py's incident to report; retention adds no traceback."""
-    import sqlite3
-
-    from sqlalchemy.exc import OperationalError
-
     from queuelog.server.retention import Retention
     app = create_app({"TESTING": True, "DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3",
                       "SECRET_KEY": "x", "BOOTSTRAP_ADMIN": False})
     store = app.extensions["queuelog.store"]
-    gone = sqlite3.OperationalError("disk I/O error")
-    gone.sqlite_errorcode = sqlite3.SQLITE_IOERR  # type: ignore[attr-defined]
-
-    def purge(*_: Any, **__: Any) -> int:
-        raise OperationalError("DELETE", {}, gone)
-    monkeypatch.setattr(store, "purge", purge)
     retention = Retention(store, {Status.COMPLETED: 60}, interval=1, batch=10)
-    with caplog.at_level("WARNING", logger="queuelog.server.retention"):
+    with caplog.at_level("WARNING", logger="queuelog.server.retention"), \
+            failing_statements(store.engine, "DELETE") as failed:
         assert retention.maybe_run() == 0
+    assert failed  # the round's deletes met the outage
     records = [r for r in caplog.records if r.name == "queuelog.server.retention"]
     assert [r.levelname for r in records] == ["WARNING"] and records[0].exc_info is None
     store.close()
