@@ -134,6 +134,30 @@ def test_a_batch_names_its_earlier_items(client, producer, worker, admin):
     assert _job(client, admin, ids[0])["dependents"] == [ids[1], ids[2]]
 
 
+def test_a_parent_named_twice_is_waited_for_once(client, producer, worker, admin):
+    parent = enqueue(client, producer)
+    child = enqueue(client, producer, "pdf", depends_on=[parent["id"], parent["id"]])
+    got = client.post("/jobs/batch", json={"jobs": [
+        {"type": "pdf"}, {"type": "pdf", "depends_on": [{"item": 0}, {"item": 0}]}]},
+        headers=producer).json["jobs"]
+    assert child["status"] == got[1]["status"] == "blocked"
+    _finish(client, worker, parent["id"])
+    # One finish of the one parent releases it: it waits for jobs, not for list entries.
+    assert _job(client, admin, child["id"])["status"] == "pending"
+    _finish(client, worker, child["id"])
+    _finish(client, worker, got[0]["id"])
+    assert _job(client, admin, got[1]["id"])["status"] == "pending"
+    _finish(client, worker, got[1]["id"])
+    # And after an admin's retry brings it back, as it waits at enqueue.
+    other = enqueue(client, producer)
+    twice = enqueue(client, producer, depends_on=[other["id"], other["id"]])
+    _finish(client, worker, other["id"], ok=False)
+    assert _job(client, admin, twice["id"])["status"] == "cancelled"
+    assert client.post(f"/jobs/{other['id']}/retry", headers=admin).status_code == 200
+    _finish(client, worker, other["id"])
+    assert _job(client, admin, twice["id"])["status"] == "pending"
+
+
 @pytest.mark.parametrize("depends_on,field", [
     ([999], "depends_on[0]"),                     # no such job
     ([], "depends_on"),                           # at least one

@@ -63,7 +63,9 @@ def verdict(parents: Sequence[Any], how: str | None) -> tuple[str, int, int | No
         for parent in parents:
             if parent.status in _ENDED_BADLY:
                 return Status.CANCELLED.value, 0, parent.id
-    waiting = sum(p.status not in _FINISHED for p in parents)
+    # Distinct parents: a parent named twice has one link row (``link``) and so counts
+    # once when it finishes; counting it twice here left the job blocked for ever.
+    waiting = len({p.id for p in parents if p.status not in _FINISHED})
     return (Status.BLOCKED.value if waiting else Status.PENDING.value), waiting, None
 
 
