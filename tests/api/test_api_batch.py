@@ -50,6 +50,15 @@ def test_one_bad_item_fails_the_batch_naming_it_and_writes_nothing(client, produ
     assert count(store) == 0
 
 
+@SQLITE_ONLY
+@pytest.mark.parametrize("item", [1, None, "email", [], True])
+def test_an_item_that_is_no_object_is_named_once_for_that(client, producer, store, item):
+    got = problem(batch(client, producer, {"type": "email"}, item), 422, "validation-error")
+    # Only what is wrong: no run_at/delay_seconds clash is read into a value with neither.
+    assert got["errors"] == [{"field": "jobs[1]", "detail": "Must be a JSON object."}]
+    assert count(store) == 0
+
+
 def test_a_payload_over_the_limit_names_its_item(client, producer, store, app):
     app.config["MAX_PAYLOAD_BYTES"] = 20
     got = problem(batch(client, producer, {"type": "email", "payload": {"a": "b"}},

@@ -165,9 +165,11 @@ def new_job(config: Mapping[str, Any], in_batch: bool = False) -> JSON:
         "depends_on": _parents(in_batch),
         "on_parent_failure": _optional({"type": "string", "enum": list(PARENT_FAILURE),
                                         "default": "cancel"}),
-    }, ("type",), **{"not": {"required": ["run_at", "delay_seconds"], "properties": {
-        # Both given (not null, which is "left out") is refused.
-        "run_at": {"type": "string"}, "delay_seconds": {"type": "number"}}}})
+    }, ("type",), **{"not": {
+        # Both given (not null, which is "left out") is refused. "type": without it, a value
+        # that is no object (a batch item 1) matched this, and its 422 added a "not both".
+        "type": "object", "required": ["run_at", "delay_seconds"], "properties": {
+            "run_at": {"type": "string"}, "delay_seconds": {"type": "number"}}}})
 
 
 def _lease() -> JSON:
