@@ -88,6 +88,36 @@ def test_heartbeat_extends_the_lease_from_now(client, producer, worker, clock):
     assert client.get(f"/jobs/{job['id']}", headers=worker).json["status"] == "running"
 
 
+def test_a_heartbeat_without_a_lease_keeps_the_one_the_job_holds(client, producer, worker,
+                                                                  clock):
+    """A worker that claimed for 30 s keeps 30 s leases by heartbeating (not the type's
+    900): if it dies, its job comes back within 30 s, as it asked. A heartbeat that names
+    a lease sets the one the next keep."""
+    job = enqueue(client, producer, type="pdf")
+    assert claim(client, worker, lease_seconds=30).json["lease_expires_at"] == later(clock, 30)
+
+    def beat(**body: Any) -> str:
+        resp = client.post(f"/jobs/{job['id']}/heartbeat", json={"attempt": 1, **body},
+                           headers=worker)
+        assert resp.status_code == 200
+        return resp.json["lease_expires_at"]
+
+    for _ in range(3):
+        clock.advance(20)
+        assert beat() == later(clock, 30)
+    clock.advance(20)
+    assert beat(lease_seconds=120, progress={"done": 1}) == later(clock, 120)
+    clock.advance(60)
+    assert beat() == later(clock, 120)
+    clock.advance(119)
+    claim(client, worker)  # within the held lease: still the worker's
+    assert client.get(f"/jobs/{job['id']}", headers=worker).json["status"] == "running"
+    clock.advance(2)  # the held lease ran out: taken back by the next claim
+    claim(client, worker)
+    seen = client.get(f"/jobs/{job['id']}", headers=worker).json
+    assert seen["status"] == "pending" and seen["attempts"][-1]["outcome"] == "lease_expired"
+
+
 def test_heartbeat_lease_bounds_are_422(client, producer, worker):
     job = enqueue(client, producer)
     claim(client, worker)

@@ -60,7 +60,7 @@ class Jobs(Finishing):
         self.limiter = Limiter(self.engine, self.backend)
         lease = st.lease_until(lease_seconds, self.type_leases)
         d = self.engine.dialect
-        self._heartbeat = Prepared(st.heartbeat(lease), d)
+        self._heartbeat = Prepared(st.heartbeat(), d)
         self._active_key = Prepared(ACTIVE_KEY, d)
         self._expired: Prepared
         self._build_claims(lease)
@@ -174,8 +174,9 @@ class Jobs(Finishing):
     # -- heartbeat and retry ------------------------------------------------------------------
     def heartbeat(self, job_id: int, worker: str, attempt: int, *,
                   lease_seconds: float | None = None, progress_json: str | None = None) -> Job:
-        """Extend the lease of a job the worker holds at this attempt (from now); with
-        ``progress_json``, store it as the job's progress."""
+        """Extend the lease of a job the worker holds at this attempt, from now, by
+        ``lease_seconds`` or else by the lease it holds; with ``progress_json``, store it
+        as the job's progress."""
         with self.backend.one_statement(self._write) as conn:  # one UPDATE: whole alone
             now = self.clock()
             row = self._heartbeat.first(conn, {

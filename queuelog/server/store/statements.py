@@ -24,7 +24,7 @@ b = bindparam
 
 
 def lease_until(lease_seconds: float, type_leases: Mapping[str, float]) -> Any:
-    """The lease a claim or heartbeat sets: the caller's, else the job's type's, else the
+    """The lease a claim sets: the caller's, else the job's type's, else the
     default. Decided in SQL, because only the UPDATE knows which job it got."""
     default_us = literal(to_us(lease_seconds), BigInteger)
     by_type = {t: literal(to_us(s), BigInteger) for t, s in type_leases.items()}
@@ -64,9 +64,18 @@ HELD = (jobs.c.id == b("jid"), status_is(Status.RUNNING), jobs.c.attempt == b("a
 OWN = jobs.c.worker_id == b("wkr")
 
 
-def heartbeat(lease: Any) -> Any:
-    """A worker's heartbeat: the lease extended from now, fenced by holder and attempt;
-    ``:progress`` (JSON text) replaces the job's, NULL keeps it."""
+# The lease a running job holds now, in microseconds: the claim and each heartbeat set
+# ``updated_at`` to their now and ``lease_expires_at`` to now + the lease, and nothing else
+# writes either while the job runs, so their difference is the lease last chosen.
+HELD_LEASE = jobs.c.lease_expires_at - jobs.c.updated_at
+
+
+def heartbeat() -> Any:
+    """A worker's heartbeat: the lease extended from now by ``:lease_us``, else by the
+    lease the job holds (the claim's, or the last heartbeat's), fenced by holder and
+    attempt; ``:progress`` (JSON text) replaces the job's, NULL keeps it."""
+    lease = b("now", type_=BigInteger) + func.coalesce(b("lease_us", type_=BigInteger),
+                                                       HELD_LEASE)
     return (update(jobs).where(*HELD, OWN)
             .values(lease_expires_at=lease, updated_at=b("now"),
                     progress=func.coalesce(b("progress", type_=String), jobs.c.progress))
