@@ -80,6 +80,8 @@ def test_a_scheduled_job_does_not_block_a_due_one_behind_it(client, producer, ad
     ({"run_at": "20300101T000000Z"}, "run_at"),              # the basic format
     ({"run_at": "2030-W01-1T00:00Z"}, "run_at"),             # a week date
     ({"run_at": "2030-01-01T00Z"}, "run_at"),                # hours alone
+    ({"run_at": "2030-01-01T00:00:00+00:60"}, "run_at"),     # an offset's minute 60
+    ({"run_at": "2030-01-01T00:00:00-01:99"}, "run_at"),
     ({"run_at": "２０３０-01-01T00:00:00Z"}, "run_at"),       # non-ASCII digits
     ({"run_at": 1780000000}, "run_at"),
     ({"delay_seconds": -1}, "delay_seconds"),

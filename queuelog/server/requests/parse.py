@@ -23,8 +23,9 @@ from queuelog.server.requests.bodies import MAX_JOB_ID
 
 MAX_DEPTH = 64
 # RFC 3339 date-time (upper-case T and Z), the zone optional here only to name it when missing.
+# An offset's minutes are 00 to 59 (fromisoformat alone takes +00:99, 99 minutes ahead).
 _RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?"
-                      r"(?P<zone>Z|[+-]\d{2}:\d{2})?", re.ASCII)
+                      r"(?P<zone>Z|[+-]\d{2}:[0-5]\d)?", re.ASCII)
 # The years a run_at may be written in: any instant of them, after any UTC offset, is stored
 # and formatted (4 digits) whole; one before now is stored as now (no backdating).
 YEARS = (1970, 9998)
