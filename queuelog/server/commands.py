@@ -7,6 +7,7 @@ gives the console script's context the ``ScriptInfo`` that ``with_appcontext`` l
 """
 from __future__ import annotations
 
+import copy
 import json
 import sys
 from typing import Any
@@ -345,6 +346,21 @@ def _run_with_first_admin(*args: Any, **kwargs: Any) -> Any:
     return run_command.callback(*args, **kwargs)  # type: ignore[misc]
 
 
+def _run_params() -> list[click.Parameter]:
+    """Flask's ``run`` options, ``--port`` held to a TCP port (0: any free one).
+
+    Flask's is a plain int: 99999 was served on 99999 % 65536 without a word, and -1 ended
+    in a traceback from ``bind()`` after the first admin had been printed.
+    """
+    params = []
+    for param in run_command.params:
+        if param.name == "port":
+            param = copy.copy(param)
+            param.type = click.IntRange(0, 65_535)
+        params.append(param)
+    return params
+
+
 server.add_command(click.Command("run", callback=_run_with_first_admin,
-                                 params=run_command.params, help=run_command.help,
+                                 params=_run_params(), help=run_command.help,
                                  short_help=run_command.short_help))

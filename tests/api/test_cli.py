@@ -170,6 +170,21 @@ def test_first_admin_is_printed_by_init_db_not_by_other_commands(tmp_path):
     assert "password" not in run("init-db").stderr  # shown once only
 
 
+def test_run_refuses_a_port_outside_0_to_65535_in_one_line(tmp_path):
+    """``queuelog run --port P``: a port no socket can have is a usage error (exit 2), not a
+    traceback from bind() (-1) nor a server on another port (99999 served on 34463)."""
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/run.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test"}
+    for port in ("-1", "65536", "99999"):
+        proc = subprocess.run([sys.executable, "-m", "queuelog", "run", "--port", port],
+                              env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=30)
+        assert proc.returncode == 2, (port, proc.stderr)
+        assert "Traceback" not in proc.stderr
+        assert "Invalid value for '--port'" in proc.stderr and "0<=x<=65535" in proc.stderr
+        assert "password" not in proc.stderr  # refused before anything was set up
+
+
 def test_init_db_reports_what_it_did_on_a_new_database(tmp_path):
     """A new database is reported as upgraded from no revision, not as already at the head."""
     from queuelog.server.store import migrate
