@@ -72,10 +72,16 @@ def init_db(ctx: click.Context) -> None:
 
 @with_appcontext
 def _init_db_in_app() -> None:
+    _upgrade()
+    _first_admin()
+
+
+def _first_admin() -> None:
+    """Create and print user ``admin`` when no user exists (CONTRACT: when the schema is
+    created), as ``init-db`` and ``db upgrade`` both create it."""
     from flask import current_app
 
     from queuelog.server import bootstrap_admin
-    _upgrade()
     bootstrap_admin(current_app._get_current_object())  # type: ignore[attr-defined]
 
 
@@ -91,6 +97,9 @@ def db() -> None:
 def db_upgrade() -> None:
     """Migrate the schema to the newest revision (servers also do it when they start)."""
     _upgrade()
+    # `init-db` is `db upgrade` (CONTRACT): a new database gets its first admin here too,
+    # else it had none (and no password printed) until a server started.
+    _first_admin()
 
 
 @db.command("current")

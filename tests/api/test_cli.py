@@ -170,6 +170,25 @@ def test_first_admin_is_printed_by_init_db_not_by_other_commands(tmp_path):
     assert "password" not in run("init-db").stderr  # shown once only
 
 
+def test_db_upgrade_of_a_new_database_creates_the_first_admin_as_init_db_does(tmp_path):
+    """``init-db`` is ``db upgrade`` (CONTRACT), and a new schema gets user ``admin``, its
+    password printed once: ``db upgrade`` left a new database without any user."""
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/up.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc
+
+    first = run("db", "upgrade")
+    assert "upgraded from no revision" in first.stdout
+    assert "created user 'admin' with password: " in first.stderr
+    assert "password" not in run("db", "upgrade").stderr  # shown once only
+    assert "admin" in run("users", "list").stdout.split()
+
+
 def test_run_refuses_a_port_outside_0_to_65535_in_one_line(tmp_path):
     """``queuelog run --port P``: a port no socket can have is a usage error (exit 2), not a
     traceback from bind() (-1) nor a server on another port (99999 served on 34463)."""
