@@ -97,7 +97,11 @@ def _cache_key(username: str, password: str) -> bytes:
     """A password cache key: an HMAC of the credentials, so the cache never holds them."""
     msg = username.encode("utf-8", "surrogatepass") + b"\0" + password.encode(
         "utf-8", "surrogatepass")
-    return hmac.new(current_app.config["SECRET_KEY"].encode(), msg, hashlib.sha256).digest()
+    secret = current_app.config["SECRET_KEY"]
+    # bytes too, as Flask takes it (instance/config.py: SECRET_KEY = b"..."): .encode() on
+    # bytes failed every Basic sign-in with a 500.
+    key = secret.encode() if isinstance(secret, str) else secret
+    return hmac.new(key, msg, hashlib.sha256).digest()
 
 
 @basic_auth.verify_password

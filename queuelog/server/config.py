@@ -78,12 +78,30 @@ def load(app: Flask, test_config: dict[str, Any] | None) -> None:
     if test_config is None:
         app.config.from_pyfile("config.py", silent=True)
         app.config.from_prefixed_env("QUEUELOG")
+        secret_as_text(app.config, os.environ)
         warn_unknown_variables(os.environ)
     else:
         app.config.from_mapping(test_config)
     if not app.config.get("SECRET_KEY"):
         app.config["SECRET_KEY"] = instance_secret(app.instance_path)
+    if not isinstance(app.config["SECRET_KEY"], (str, bytes)):
+        # Signing (sessions, CSRF, the password cache) takes text or bytes; anything else
+        # failed every sign-in with a 500 instead of stopping the start.
+        raise ConfigError("SECRET_KEY must be a string (or bytes), not "
+                          f"{type(app.config['SECRET_KEY']).__name__}")
     check(app.config)
+
+
+def secret_as_text(config: Any, environ: Any) -> None:
+    """``QUEUELOG_SECRET_KEY`` as the text it is, when JSON made it something else.
+
+    ``from_prefixed_env`` reads every value as JSON where it can: a key of digits (or
+    ``true``) became a number, and every Basic sign-in and form then failed with a 500.
+    A JSON string (``"..."``) stays as Flask reads it.
+    """
+    raw = environ.get("QUEUELOG_SECRET_KEY")
+    if raw is not None and not isinstance(config.get("SECRET_KEY"), str):
+        config["SECRET_KEY"] = raw
 
 
 def known_settings() -> set[str]:

@@ -141,3 +141,41 @@ def test_proxy_count_takes_the_client_address_from_x_forwarded_for(tmp_path):
                            environ_base={"REMOTE_ADDR": "127.0.0.1"})
         assert other.status_code == (401 if throttled_apart else 429), count
         app.extensions["queuelog.store"].close()
+
+
+def test_a_secret_key_of_digits_from_the_environment_is_text(tmp_path, monkeypatch):
+    """``QUEUELOG_SECRET_KEY=12345678901234567890``: from_prefixed_env read it as JSON, a
+    number, and every Basic sign-in then answered 500."""
+    for name in [n for n in os.environ if n.startswith("QUEUELOG_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("QUEUELOG_DATABASE_URL", f"sqlite:///{tmp_path}/q.sqlite3")
+    monkeypatch.setenv("QUEUELOG_BOOTSTRAP_ADMIN", "false")
+    monkeypatch.setenv("QUEUELOG_SECRET_KEY", "12345678901234567890")
+    app = create_app(serving=False)
+    try:
+        assert app.config["SECRET_KEY"] == "12345678901234567890"
+        app.extensions["queuelog.store"].accounts.create_user("ada", quick_hash("pw-123456"),
+                                                              "admin")
+        client, ada = app.test_client(), basic("ada", "pw-123456")
+        assert client.get("/jobs", headers=ada).status_code == 200
+        assert client.get("/ui/types", headers=ada).status_code == 200  # its CSRF forms
+    finally:
+        app.extensions["queuelog.store"].close()
+
+
+def test_a_bytes_secret_key_signs_people_in(tmp_path):
+    """instance/config.py may set ``SECRET_KEY = b"..."``, as Flask's own docs do."""
+    app = build(tmp_path, SECRET_KEY=b"\x8f\x01 secret bytes")
+    try:
+        app.extensions["queuelog.store"].accounts.create_user("ada", quick_hash("pw-123456"),
+                                                              "admin")
+        client, ada = app.test_client(), basic("ada", "pw-123456")
+        assert client.get("/jobs", headers=ada).status_code == 200
+        assert client.get("/ui/types", headers=ada).status_code == 200
+    finally:
+        app.extensions["queuelog.store"].close()
+
+
+def test_a_secret_key_that_is_no_text_stops_start_up(tmp_path):
+    with pytest.raises(ConfigError, match="SECRET_KEY must be a string"):
+        build(tmp_path, SECRET_KEY=12345)
