@@ -56,6 +56,8 @@ def test_good_per_type_options_are_used(tmp_path):
     ("RETENTION_INTERVAL_SECONDS", "-1", "RETENTION_INTERVAL_SECONDS: -1 is not a duration"),
     ("RETENTION_INTERVAL_SECONDS", "0", "RETENTION_INTERVAL_SECONDS must be at least one second"),
     ("SQLITE_SYNCHRONOUS", "fast", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
+    ("SQLITE_SYNCHRONOUS", "1", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
+    ("SQLITE_SYNCHRONOUS", "null", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
     ("DATABASE_URL", "not a url", "not an SQLAlchemy URL"),
     ("DATABASE_URL", "postgres://ops:hunter2@db/q", "write postgresql+psycopg://"),
     ("DATABASE_URL", "mysql://ops:hunter2@db/q", "runs on sqlite or postgresql"),

@@ -56,7 +56,9 @@ def make_engine(url: str, *, sqlite_synchronous: str = "FULL", echo: bool = Fals
 
 def _sqlite_engine(url: str, sqlite_synchronous: str, echo: bool, write_wait: float) -> Engine:
     """WAL, a busy timeout, foreign keys and real transactions on every connection."""
-    synchronous = sqlite_synchronous.upper()
+    # Not only a string: QUEUELOG_SQLITE_SYNCHRONOUS=1 (the PRAGMA's number) arrives as an
+    # int from the environment's JSON, and .upper() on it was a traceback at start.
+    synchronous = sqlite_synchronous.upper() if isinstance(sqlite_synchronous, str) else None
     if synchronous not in SYNCHRONOUS_MODES:
         raise ConfigError("SQLITE_SYNCHRONOUS must be OFF, NORMAL, FULL or EXTRA, "
                           f"not {sqlite_synchronous!r}")
