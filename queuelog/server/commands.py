@@ -244,6 +244,12 @@ def _read_password(from_stdin: bool) -> str:
         password = click.prompt("Password", hide_input=True, confirmation_prompt=True)
     if not password:
         raise click.ClickException("The password must not be empty.")
+    try:
+        password.encode("utf-8")
+    except UnicodeEncodeError:
+        # Bytes that are no UTF-8 arrive as lone surrogates (surrogateescape): hashing them
+        # was a traceback, and no browser could send such a password anyway.
+        raise click.ClickException("The password is not valid UTF-8 text.") from None
     if len(password) < 12:
         # Not refused: the contract sets no minimum, and scripts provision test users.
         click.echo("warning: a password shorter than 12 characters is easy to guess.", err=True)

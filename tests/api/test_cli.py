@@ -189,6 +189,27 @@ def test_db_upgrade_of_a_new_database_creates_the_first_admin_as_init_db_does(tm
     assert "admin" in run("users", "list").stdout.split()
 
 
+def test_a_password_that_is_no_utf8_is_refused_in_one_line(tmp_path):
+    """``users create --password-stdin`` fed bytes that are not UTF-8: one ``Error:`` line
+    and exit 1, not a UnicodeEncodeError traceback from the hash."""
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/pw.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test", "QUEUELOG_BOOTSTRAP_ADMIN": "false",
+           "PYTHONIOENCODING": "utf-8:surrogateescape"}  # how a C-locale shell hands them on
+    for args in (["users", "create", "ada", "--role", "viewer", "--password-stdin"],
+                 ["users", "set-password", "bob", "--password-stdin"]):
+        if args[1] == "set-password":
+            subprocess.run([sys.executable, "-m", "queuelog", "users", "create", "bob",
+                            "--role", "viewer", "--password-stdin"], env=env, cwd=tmp_path,
+                           input=b"a-good-password-1\n", capture_output=True, timeout=60,
+                           check=True)
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env,
+                              cwd=tmp_path, input=b"pw\xff\xfe-long-enough-1\n",
+                              capture_output=True, timeout=60)
+        err = proc.stderr.decode("utf-8", "replace")
+        assert proc.returncode == 1, err
+        assert "Traceback" not in err and "Error: The password is not valid UTF-8" in err
+
+
 def test_run_refuses_a_port_outside_0_to_65535_in_one_line(tmp_path):
     """``queuelog run --port P``: a port no socket can have is a usage error (exit 2), not a
     traceback from bind() (-1) nor a server on another port (99999 served on 34463)."""
