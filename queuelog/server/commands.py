@@ -179,7 +179,9 @@ def _priority_column(role: str, max_priority: int) -> str:
 @click.argument("name")
 def keys_revoke(name: str) -> None:
     """Revoke the active key NAME; it stops working at once."""
-    if not actions.revoke_key(actions.CLI, name):
+    # No key has a name that is_name refuses (keys create checks it); looked up, one that is
+    # not UTF-8 (lone surrogates from the shell) was a traceback from the database driver.
+    if not is_name(name) or not actions.revoke_key(actions.CLI, name):
         raise click.ClickException(f"No active key named {name!r}.")
     click.echo(f"Revoked key {name!r}.")
 
@@ -218,7 +220,7 @@ def users_list() -> None:
 @click.argument("username")
 def users_delete(username: str) -> None:
     """Remove USERNAME; signed-in sessions stop within AUTH_CACHE_SECONDS."""
-    if not actions.delete_user(actions.CLI, username):
+    if not is_name(username) or not actions.delete_user(actions.CLI, username):  # as revoke
         raise click.ClickException(f"No user named {username!r}.")
     click.echo(f"Deleted user {username!r}.")
 
@@ -228,7 +230,7 @@ def users_delete(username: str) -> None:
 @click.option("--password-stdin", is_flag=True, help="Read the password from standard input.")
 def users_set_password(username: str, password_stdin: bool) -> None:
     """Give USERNAME a new password; the old one stops within AUTH_CACHE_SECONDS."""
-    if not actions.user_exists(actions.CLI, username):
+    if not is_name(username) or not actions.user_exists(actions.CLI, username):  # as revoke
         raise click.ClickException(f"No user named {username!r}.")
     if not actions.set_password(actions.CLI, username,
                                 hash_password(_read_password(password_stdin))):

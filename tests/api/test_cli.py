@@ -210,6 +210,22 @@ def test_a_password_that_is_no_utf8_is_refused_in_one_line(tmp_path):
         assert "Traceback" not in err and "Error: The password is not valid UTF-8" in err
 
 
+def test_a_name_that_is_no_utf8_is_no_key_and_no_user(tmp_path):
+    """``keys revoke``, ``users delete`` and ``users set-password`` given argv bytes that are
+    not UTF-8 (lone surrogates in Python): "no such" in one line, not a driver traceback."""
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/n.sqlite3",
+           "QUEUELOG_SECRET_KEY": "cli-test", "QUEUELOG_BOOTSTRAP_ADMIN": "false"}
+    for args, said in (([b"keys", b"revoke"], "No active key named"),
+                       ([b"users", b"delete"], "No user named"),
+                       ([b"users", b"set-password"], "No user named")):
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args, b"ada\xff"], env=env,
+                              cwd=tmp_path, input=b"a-good-password-1\n", capture_output=True,
+                              timeout=60)
+        err = proc.stderr.decode("utf-8", "replace")
+        assert proc.returncode == 1, err
+        assert "Traceback" not in err and f"Error: {said} " in err
+
+
 def test_run_refuses_a_port_outside_0_to_65535_in_one_line(tmp_path):
     """``queuelog run --port P``: a port no socket can have is a usage error (exit 2), not a
     traceback from bind() (-1) nor a server on another port (99999 served on 34463)."""
