@@ -60,6 +60,7 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     from queuelog.worker.runner import Runner
     if not url:
         raise click.UsageError("no server: give --url or set QUEUELOG_URL")
+    check_url("--url", url)
     if bool(post_url) == bool(command):
         raise click.UsageError("give either --post URL or -- COMMAND (one of the two)")
     if not post_url and (secret_file or with_job or ca_file):
@@ -80,7 +81,7 @@ def work(url: str | None, token_file: str | None, types: str | None, concurrency
     if command and shutil.which(command[0]) is None:
         raise click.UsageError(f"cannot run {command[0]!r}: not found or not executable")
     type_list = [t.strip() for t in types.split(",") if t.strip()] if types else None
-    client = Client(url, token)
+    client = Client(url, token)  # url and token checked above: httpx takes them as they are
     runner = Runner(client, list(command), types=type_list, concurrency=concurrency,
                     lease=lease, timeout=target.timeout if target else timeout, grace=grace,
                     target=target, error_bytes=max_error_bytes)
@@ -95,8 +96,7 @@ def _target(url: str, secret_file: str | None, with_job: bool, ca_file: str | No
             timeout: float | None, concurrency: int) -> Any:
     """The ``--post`` target, its options checked (a usage error says what is wrong)."""
     from queuelog.worker.push import DEFAULT_TIMEOUT, PushTarget, SecretError, read_secret
-    if not url.startswith(("http://", "https://")):
-        raise click.UsageError(f"--post needs an http:// or https:// URL, not {url!r}")
+    check_url("--post", url)
     signer = None
     if secret_file:
         try:
@@ -109,6 +109,23 @@ def _target(url: str, secret_file: str | None, with_job: bool, ca_file: str | No
                           timeout=timeout or DEFAULT_TIMEOUT, concurrency=concurrency)
     except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
         raise click.UsageError(f"--ca-file: {exc}") from None
+
+
+def check_url(option: str, url: str) -> None:
+    """A usage error unless ``url`` is an http(s) URL httpx can send to.
+
+    Else ``--url`` without a scheme was retried for ever, and one httpx cannot parse (a bad
+    port, an unclosed ``[``, bytes that are not UTF-8) was a traceback at start.
+    """
+    import httpx
+    if not url.lower().startswith(("http://", "https://")):
+        raise click.UsageError(f"{option} needs an http:// or https:// URL, not {url!r}")
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, ValueError) as exc:
+        raise click.UsageError(f"{option}: {url!r} is not a URL: {exc}") from None
+    if not parsed.host:
+        raise click.UsageError(f"{option}: {url!r} names no host")
 
 
 def _warn_if_shared(path: str, mode: int) -> None:
@@ -124,12 +141,22 @@ def read_token(token_file: str | None, token: str | None) -> str:
             with open(token_file, encoding="utf-8") as fh:
                 mode = os.fstat(fh.fileno()).st_mode
                 text = fh.read().strip()
-        except OSError as exc:
+        except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read the token file: {exc}") from None
         if not text:
             raise ValueError(f"the token file {token_file} is empty")
         _warn_if_shared(token_file, mode)
-        return text
+        return _key_text(text, f"the token file {token_file}")
     if token and token.strip():
-        return token.strip()
+        return _key_text(token.strip(), "QUEUELOG_TOKEN")
     raise ValueError("no token: give --token-file, or set QUEUELOG_TOKEN_FILE or QUEUELOG_TOKEN")
+
+
+def _key_text(token: str, where: str) -> str:
+    """``token`` if it can be a key (printable ASCII, no space); else ValueError naming
+    ``where``. A byte-order mark or a second line was a traceback from httpx's header
+    encoding (or a claim retried for ever), not a word about the file."""
+    if token.isascii() and token.isprintable() and not any(c.isspace() for c in token):
+        return token
+    raise ValueError(f"{where} holds characters no API key has (a key is one line of "
+                     "printable ASCII; a byte-order mark or a second line?)")

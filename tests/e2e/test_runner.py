@@ -691,6 +691,45 @@ def test_work_refuses_missing_settings_in_one_line(tmp_path):
     assert os.listdir(tmp_path) == []  # the runner wrote nothing where it ran
 
 
+def test_work_refuses_a_url_or_token_it_cannot_use_in_one_line(tmp_path):
+    """A --url httpx cannot parse, or none at all, and a token no key can be (a byte-order
+    mark, a second line, bytes that are not UTF-8): exit 2 and one line, not a traceback
+    (nor a claim retried for ever)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("QUEUELOG_")}
+    env["PYTHONPATH"] = ROOT
+
+    def run(*args: str, token: str = "ql_x", **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "queuelog", "work", *args],
+                              env={**env, "QUEUELOG_TOKEN": token, **extra}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=30)
+
+    for url in ("http://[::1", "http://127.0.0.1:abc", "notaurl", "http://"):
+        proc = run("--url", url, "--", "true")
+        assert proc.returncode == 2, (url, proc.stderr)
+        assert "Traceback" not in proc.stderr and "--url" in proc.stderr, url
+    bad_post = run("--url", "http://127.0.0.1:9", "--post", "http://[::1")
+    assert bad_post.returncode == 2 and "Traceback" not in bad_post.stderr
+    assert "--post" in bad_post.stderr
+    for name, content in (("bom.token", "\ufeffql_x\n"), ("two.token", "ql_x\nql_y\n")):
+        path = tmp_path / name
+        path.write_text(content, encoding="utf-8")
+        path.chmod(0o600)
+        proc = run("--url", "http://127.0.0.1:9", "--token-file", str(path), "--", "true")
+        assert proc.returncode == 2, (name, proc.stderr)
+        assert "Traceback" not in proc.stderr and "holds characters no API key has" in \
+            proc.stderr, name
+        path.unlink()
+    binary = tmp_path / "binary.token"
+    binary.write_bytes(b"\xff\xfe")
+    binary.chmod(0o600)
+    proc = run("--url", "http://127.0.0.1:9", "--token-file", str(binary), "--", "true")
+    assert proc.returncode == 2 and "cannot read the token file" in proc.stderr
+    binary.unlink()
+    proc = run("--url", "http://127.0.0.1:9", "--", "true", token="ql_\u00e9")
+    assert proc.returncode == 2 and "QUEUELOG_TOKEN holds characters" in proc.stderr
+    assert os.listdir(tmp_path) == []  # the runner wrote nothing where it ran
+
+
 def test_a_wrong_url_exits_1_with_one_line(live, work, jtype):
     w = work("--types", jtype, "--", "true", env={"QUEUELOG_URL": f"{live.url}/not-queuelog"})
     assert w.wait(timeout=20) == 1
