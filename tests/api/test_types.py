@@ -177,3 +177,20 @@ def test_the_batch_claim_skips_a_paused_type_like_the_single_one(
     store.set_paused("email", False, "ada")
     got = client.post("/jobs/claim", json={"max_jobs": 5}, headers=anyone).get_json()["jobs"]
     assert [j["id"] for j in got] == mail
+
+
+@pytest.mark.parametrize("config", [{"JOB_TYPES": {"reports/daily": {}, "email": {}}}])
+def test_a_configured_type_with_a_slash_can_be_paused_and_limited(
+        client: Any, store: Store, admin: dict[str, str], config: dict[str, Any]) -> None:
+    """JOB_TYPES allows "/" in a name (it is printable); its routes were 404, "a type not
+    configured", on the API and on the dashboard's buttons alike."""
+    for path in ("/types/reports%2Fdaily/pause", "/types/reports/daily/pause"):
+        resp = client.post(path, headers=admin)
+        assert resp.status_code == 200 and resp.get_json()["paused"] is True, path
+        assert client.post(path.replace("pause", "resume"), headers=admin).status_code == 200
+    resp = client.put("/types/reports%2Fdaily/limits", json={"concurrency": 2}, headers=admin)
+    assert resp.status_code == 200 and resp.get_json()["concurrency"] == 2
+    resp = client.delete("/types/reports%2Fdaily/limits", headers=admin)
+    assert resp.status_code == 200 and resp.get_json()["concurrency"] is None
+    problem(client.post("/types/reports/weekly/pause", headers=admin), 404)
+    assert store.paused() == {}

@@ -41,21 +41,21 @@ def list_types() -> Any:
                                                               config["COUNT_CAP"])]}
 
 
-@bp.post("/types/<job_type>/pause")
+@bp.post("/types/<path:job_type>/pause")
 @require(actions.set_paused, write=True)
 def pause(job_type: str) -> Any:
     """Stop claims of this type (enqueues go on); held in the database."""
     return _set(job_type, True)
 
 
-@bp.post("/types/<job_type>/resume")
+@bp.post("/types/<path:job_type>/resume")
 @require(actions.set_paused, write=True)
 def resume(job_type: str) -> Any:
     """Let claims of this type go on."""
     return _set(job_type, False)
 
 
-@bp.put("/types/<job_type>/limits")
+@bp.put("/types/<path:job_type>/limits")
 @require(actions.set_limits, write=True)
 def put_limits(job_type: str) -> Any:
     """Change the type's concurrency, rate or burst (a field left out keeps its value)."""
@@ -65,7 +65,7 @@ def put_limits(job_type: str) -> Any:
                                         list(config["JOB_TYPES"]), config["COUNT_CAP"]))
 
 
-@bp.delete("/types/<job_type>/limits")
+@bp.delete("/types/<path:job_type>/limits")
 @require(actions.reset_limits, write=True)
 def delete_limits(job_type: str) -> Any:
     """The type's limits back to the configured ones."""

@@ -31,7 +31,7 @@ def types() -> Any:
                            timings=actions.job_timings(who), empty=Timing())
 
 
-@bp.post("/types/<job_type>/<any(pause, resume):verb>")
+@bp.post("/types/<path:job_type>/<any(pause, resume):verb>")
 @require(actions.dashboard, actions.set_paused)
 def pause_or_resume(job_type: str, verb: str) -> Any:
     """Admin: pause or resume a type."""
@@ -47,7 +47,7 @@ def pause_or_resume(job_type: str, verb: str) -> Any:
     return redirect(url_for(".types"), 303)
 
 
-@bp.post("/types/<job_type>/limits")
+@bp.post("/types/<path:job_type>/limits")
 @require(actions.dashboard, actions.set_limits, actions.reset_limits)
 def limits(job_type: str) -> Any:
     """Admin: set a type's limits from the form (an empty field removes that limit), or
