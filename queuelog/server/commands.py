@@ -98,8 +98,11 @@ def db_upgrade() -> None:
     """Migrate the schema to the newest revision (servers also do it when they start)."""
     _upgrade()
     # `init-db` is `db upgrade` (CONTRACT): a new database gets its first admin here too,
-    # else it had none (and no password printed) until a server started.
-    _first_admin()
+    # else it had none (and no password printed) until a server started. Where people
+    # exist it says nothing more than before (no "database ..." line).
+    from queuelog.server.db import get_store
+    if not get_store().accounts.has_users():
+        _first_admin()
 
 
 @db.command("current")
