@@ -100,8 +100,7 @@ def db_upgrade() -> None:
     # `init-db` is `db upgrade` (CONTRACT): a new database gets its first admin here too,
     # else it had none (and no password printed) until a server started. Where people
     # exist it says nothing more than before (no "database ..." line).
-    from queuelog.server.db import get_store
-    if not get_store().accounts.has_users():
+    if not actions.list_users(actions.CLI):
         _first_admin()
 
 
