@@ -95,7 +95,7 @@ def test_heartbeat_extends_the_lease(client, producer, worker, clock):
     clock.advance(50)
     resp = client.post(f"/jobs/{job['id']}/heartbeat", json={"attempt": 1}, headers=worker)
     assert resp.status_code == 200
-    assert resp.json["lease_expires_at"] == "2026-05-28T20:32:30.000000Z"  # now + 300
+    assert resp.json["lease_expires_at"] == "2026-05-28T20:28:30.000000Z"  # now + the claim's 60
     short = client.post(f"/jobs/{job['id']}/heartbeat", json={"attempt": 1,
                                                               "lease_seconds": 10},
                         headers=worker)
