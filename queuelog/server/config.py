@@ -51,7 +51,9 @@ DEFAULTS: dict[str, Any] = {
 # QUEUELOG_* variables that are not settings: the worker runner's, its jobs' and the tests'.
 NOT_SETTINGS = frozenset({"QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",
                           "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID", "QUEUELOG_JOB_TYPE",
-                          "QUEUELOG_JOB_ATTEMPT", "QUEUELOG_JOB_PRIORITY"})
+                          "QUEUELOG_JOB_ATTEMPT", "QUEUELOG_JOB_PRIORITY",
+                          # queuelog/worker/progress.py: a command's files, when it has them
+                          "QUEUELOG_JOB_PARENTS_FILE", "QUEUELOG_PROGRESS_FILE"})
 
 
 # Settings that are whole numbers, with the range each must fall in.

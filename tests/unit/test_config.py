@@ -88,7 +88,8 @@ def test_unknown_queuelog_variables_are_warned_about_at_start(tmp_path, monkeypa
     monkeypatch.setenv("QUEUELOG_JOB_TYPES__email", "{}")                 # nested: a setting
     monkeypatch.setenv("QUEUELOG_SESSION_COOKIE_SECURE", "true")          # Flask's own
     for name in ("QUEUELOG_URL", "QUEUELOG_TOKEN", "QUEUELOG_TOKEN_FILE",  # the runner's
-                 "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID"):          # tests', jobs'
+                 "QUEUELOG_TEST_DATABASE_URL", "QUEUELOG_JOB_ID",           # tests', jobs'
+                 "QUEUELOG_JOB_PARENTS_FILE", "QUEUELOG_PROGRESS_FILE"):    # a job's files
         monkeypatch.setenv(name, "x")
     create_app().extensions["queuelog.store"].close()
     warned = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
