@@ -65,13 +65,16 @@ def test_good_per_type_options_are_used(tmp_path):
     ("DATABASE_URL", "postgresql+psycopg://ops:hunter2@127.0.0.1:1/q",
      "postgresql+psycopg://ops:***@127.0.0.1:1/q: the database does not answer"),
 ])
-def test_the_command_line_names_a_bad_setting_in_one_line(setting, value, message):
+def test_the_command_line_names_a_bad_setting_in_one_line(setting, value, message, tmp_path):
     """A config that cannot work: one ``Error:`` line naming it, no traceback, no password."""
     from click.testing import CliRunner
 
     from queuelog.cli import main
-    result = CliRunner().invoke(main, ["keys", "list"], env={
-        f"QUEUELOG_{setting}": value, "QUEUELOG_SECRET_KEY": "x"})
+    # A database of the test's own: the default is the checkout's instance/queuelog.sqlite3,
+    # the one `queuelog run` serves there (a bad RETENTION_COMPLETED is found after it opens).
+    env = {"QUEUELOG_DATABASE_URL": f"sqlite:///{tmp_path}/q.sqlite3",
+           f"QUEUELOG_{setting}": value, "QUEUELOG_SECRET_KEY": "x"}
+    result = CliRunner().invoke(main, ["keys", "list"], env=env)
     assert result.exit_code == 1
     assert result.output.startswith("Error: configuration: ") and message in result.output
     assert "Traceback" not in result.output and "hunter2" not in result.output
