@@ -446,6 +446,39 @@ def test_v09_keys_are_scoped_per_producer(client, producer, make_key):
     problem(client.get(f"/jobs/{mine.json['id']}", headers=shop), 404)
 
 
+def test_v09_batch_keys_are_scoped_per_producer(client, producer, make_key, store):
+    """V-09 on POST /jobs/batch: another producer's key is no replay and no mismatch.
+
+    The batch looks its items' keys up in one read of its own (not the single route's), so
+    it is pinned here too: the same request under another producer's key is a new job of
+    its own (not the first producer's job handed back), a different one no 422 (which
+    would tell that the key is taken)."""
+    shop = make_key("shop", "producer")
+    same = {"type": "email", "payload": {"n": 1}, "idempotency_key": "k-1"}
+    other = {"type": "pdf", "payload": {"n": 2}, "idempotency_key": "k-2"}
+    mine = client.post("/jobs/batch", json={"jobs": [same, other]}, headers=producer)
+    assert mine.status_code == 201 and mine.json["replayed"] == []
+    theirs = client.post("/jobs/batch", json={"jobs": [same, {**other, "type": "sync"}]},
+                         headers=shop)
+    assert theirs.status_code == 201, theirs.get_data(as_text=True)
+    assert theirs.json["replayed"] == []
+    assert [j["producer"] for j in theirs.json["jobs"]] == ["shop", "shop"]
+    assert {j["id"] for j in theirs.json["jobs"]}.isdisjoint(j["id"] for j in mine.json["jobs"])
+    # A key set through the single route is the producer's own for a batch too.
+    single = client.post("/jobs", json={"type": "email", "idempotency_key": "k-3"},
+                         headers=producer)
+    batched = client.post("/jobs/batch", json={"jobs": [{"type": "email",
+                                                         "idempotency_key": "k-3"}]},
+                          headers=shop)
+    assert batched.status_code == 201 and batched.json["replayed"] == []
+    assert batched.json["jobs"][0]["id"] != single.json["id"]
+    assert count_jobs(store) == 6
+    # Each producer's replay still finds its own job.
+    again = client.post("/jobs/batch", json={"jobs": [same]}, headers=shop)
+    assert again.status_code == 200 and again.json["replayed"] == [0]
+    assert again.json["jobs"][0]["id"] == theirs.json["jobs"][0]["id"]
+
+
 def test_v09_replay_and_mismatch(client, producer, store):
     """V-09: same key + same request -> 200 replay; same key + other request -> 422."""
     body = {"type": "email", "payload": {"n": 1}, "priority": "medium",
