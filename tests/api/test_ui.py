@@ -8,6 +8,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+from flask import template_rendered
 from werkzeug.security import generate_password_hash
 
 from helpers import SQLITE_ONLY, add, hash_checks, password_clock
@@ -15,7 +16,7 @@ from queuelog.server.requests.bodies import DASHBOARD_STATUSES
 from queuelog.server.ui import helpers
 from queuelog.server.ui.filters import PAGE_SIZE
 from queuelog.server.ui.charts import minute_chart, nice_ceiling
-from queuelog.model.jobs import Status
+from queuelog.model.jobs import Job, Status
 from queuelog.server.store import NewJob, Store
 
 MARKER = "ERRMARK-7f3a"
@@ -126,6 +127,49 @@ def test_viewer_pages_never_contain_error_text(client: Any, seeded: dict[str, in
     assert MARKER in client.get("/ui/?status=failed", headers=admin_user).text
     for key in ("failed", "retrying"):
         assert MARKER in client.get(f"/ui/jobs/{seeded[key]}", headers=admin_user).text
+
+
+def jobs_in(value: Any, depth: int = 0) -> list[Job]:
+    """The jobs a template's context value holds: a job, or one in a page or a list."""
+    if isinstance(value, Job):
+        return [value]
+    if depth > 2:
+        return []
+    if isinstance(value, (list, tuple)):
+        return [j for v in value for j in jobs_in(v, depth + 1)]
+    if isinstance(value, dict):
+        return [j for v in value.values() for j in jobs_in(v, depth + 1)]
+    return jobs_in(getattr(value, "jobs", None), depth + 1) if hasattr(value, "jobs") else []
+
+
+def test_error_text_never_reaches_a_viewers_template(app: Any, client: Any,
+                                                     seeded: dict[str, int],
+                                                     viewer: dict[str, str],
+                                                     admin_user: dict[str, str]) -> None:
+    """V-10: error text is removed from a viewer's jobs before the template (ui/queue.py),
+    not merely left unrendered by it: a template, a macro or a new page that forgot its
+    ``is_admin`` would still have none to show."""
+    seen: list[Job] = []
+
+    def record(sender: Any, template: Any, context: dict[str, Any], **extra: Any) -> None:
+        seen.extend(jobs_in(context))
+
+    with template_rendered.connected_to(record, app):
+        for page in every_page(seeded):
+            assert client.get(page, headers=viewer).status_code == 200, page
+        viewed = list(seen)
+        seen.clear()
+        for key in ("failed", "retrying"):
+            client.get(f"/ui/jobs/{seeded[key]}", headers=admin_user)
+        client.get("/ui/?status=failed", headers=admin_user)
+    ids = {j.id for j in viewed}
+    assert {seeded["failed"], seeded["retrying"]} <= ids  # the jobs with errors were shown
+    leaks = [(j.id, j.error, [a.error for a in j.attempts or ()]) for j in viewed
+             if j.error is not None or any(a.error is not None for a in j.attempts or ())]
+    assert leaks == []
+    # The check can see an error where there is one: an admin's jobs carry theirs.
+    assert any(j.error == MARKER for j in seen)
+    assert any(a.error == MARKER for j in seen for a in j.attempts or ())
 
 
 def test_error_column_for_admins_only(client: Any, seeded: dict[str, int],
