@@ -172,6 +172,25 @@ def test_v02_type_allowlist_and_per_key_types(client, make_key, store):
     assert client.post("/jobs/claim", headers=pdf_worker).status_code == 204  # email stays
 
 
+def test_v02_next_outside_the_keys_types_is_403_before_the_finish(client, make_key, store):
+    """V-02: a complete or fail whose ``next`` names a type outside the key's list is a 403
+    that finishes nothing (actions.work: "a 403 before the finish, never after it"), so
+    the worker is not told "refused" for a finish that was made."""
+    anyone = make_key("p", "producer")
+    pdf_worker = make_key("w-pdf", "worker", types=["pdf"])
+    job = enqueue(client, anyone, "pdf")
+    enqueue(client, anyone, "email")
+    assert client.post("/jobs/claim", headers=pdf_worker).json["id"] == job["id"]
+    for verb, extra in (("complete", {"result": {"ok": True}}), ("fail", {"error": "x"})):
+        problem(client.post(f"/jobs/{job['id']}/{verb}",
+                            json={"attempt": 1, "next": {"types": ["email"]}, **extra},
+                            headers=pdf_worker), 403, "forbidden")
+        now = store.get(job["id"])
+        assert (now.status.value, now.attempt, now.result, now.error) == (
+            "running", 1, None, None), verb
+    assert [j.status.value for j in store.list_jobs(limit=10).jobs] == ["pending", "running"]
+
+
 # -- V-03: priority ceiling --------------------------------------------------------------------
 
 def test_v03_priority_above_the_keys_max_is_403(client, make_key, store, admin):
