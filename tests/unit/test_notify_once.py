@@ -74,3 +74,28 @@ def test_a_rolled_back_transaction_wakes_no_one(heard: tuple[Store, Callable[[],
             store.notifier.notify(conn)
             raise RuntimeError("rolled back")
     assert count() == 0
+
+
+@pytest.mark.parametrize("end", ["complete", "fail", "cancel"])
+def test_a_slot_freed_under_a_limit_set_at_run_time_wakes_other_processes(
+        heard: tuple[Store, Callable[[], int]], db_url: str, end: str) -> None:
+    """A concurrency set by another app server (``PUT /types/email/limits``) while this
+    process never claimed since: the slot its complete, fail or cancel frees still wakes the
+    claims waiting elsewhere, not their next periodic look."""
+    store, count = heard
+    other = Store(db_url)  # the other app server: it sets the limit and claims
+    try:
+        store.enqueue_many([_job(), _job()])
+        other.limits.set_limits("email", {"concurrency": 1}, "root")
+        held = other.claim("w")
+        assert held is not None
+        count()  # the enqueue's and the limit's wake-ups
+        if end == "complete":
+            store.complete(held.id, "w", held.attempt)
+        elif end == "fail":
+            store.fail(held.id, "w", held.attempt, "boom", retry=False)
+        else:
+            store.cancel(held.id)
+        assert count() == 1  # the second email job is claimable now
+    finally:
+        other.close()

@@ -58,9 +58,10 @@ class Finishing(Part):
         self.flows = Flows(ctx)
         self.flows.settled = self.settled  # a cascade's cancelled jobs finish as any other
         d = self.engine.dialect
-        self._by_id, self._by_ids, self._budgets, self._attempt_cancel, self._watch = (
+        (self._by_id, self._by_ids, self._budgets, self._attempt_cancel, self._watch,
+         self._concurrency_set) = (
             Prepared(s, d) for s in (st.BY_ID, st.BY_IDS, st.BUDGETS, st.ATTEMPT_CANCEL,
-                                     st.WATCH))
+                                     st.WATCH, st.CONCURRENCY_SET))
 
     # -- the backend's part --------------------------------------------------------------
     def _complete_rows(self, conn: Connection, now: int, worker: str,
@@ -96,8 +97,20 @@ class Finishing(Part):
             self.notifier.notify(conn)  # dependents became pending: as an enqueue
         if any(r.status == Status.PENDING.value for r in rows):
             self.notifier.notify(conn)  # due at its run_at: waiting polls time their look
-        elif ran and self.slot_types and any(r.type in self.slot_types for r in rows):
+        elif ran and self._frees_slot(conn, rows):
             self.notifier.notify(conn, told=told)  # a freed slot, as a new job
+
+    def _frees_slot(self, conn: Connection, rows: Sequence[Any]) -> bool:
+        """Whether ended attempts free a slot of a type with a concurrency in force."""
+        if any(r.type in self.slot_types for r in rows):
+            return True
+        # Where the statement itself answers (PostgreSQL's complete), it read the limiter
+        # rows too; else read them: ``slot_types`` is this process's last claim's reading,
+        # and a limit set since by any app server (this one may never claim) must wake.
+        if "frees_slot" in rows[0]._fields:
+            return any(r.frees_slot for r in rows)
+        return bool(self._concurrency_set.rows(conn, {"types": sorted({r.type
+                                                                         for r in rows})}))
 
     # -- complete --------------------------------------------------------------------------
     def complete(self, job_id: int, worker: str, attempt: int,

@@ -30,6 +30,11 @@ FENCE = ("jobs.id = ANY(ARRAY(SELECT CAST(i ->> 0 AS BIGINT) " + _EACH + ")) "
 # closed and a freed slot's wake-up sent by the same statement. ``{guard}``: PLAIN, in
 # autocommit, leaves a job with dependents to a transaction (their release goes with it).
 PLAIN = " AND NOT jobs.has_dependents"
+# A completed job's slot freed: a concurrency in force, the config's or the last claim's
+# reading (:slot_types), or one set at run time by any app server since (the limiter row).
+FREES_SLOT = ("(done.type = ANY(CAST(:slot_types AS VARCHAR[])) OR EXISTS (SELECT 1 FROM "
+              "type_limits WHERE type_limits.type = done.type AND type_limits.overridden "
+              "AND type_limits.concurrency IS NOT NULL))")
 COMPLETE = (
     "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
     "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
@@ -38,8 +43,8 @@ COMPLETE = (
     "RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
-    "AND job_attempts.attempt = done.attempt) SELECT {returning}, CASE WHEN done.type = "
-    "ANY(CAST(:slot_types AS VARCHAR[])) THEN pg_notify(:channel, '') END AS notified "
+    "AND job_attempts.attempt = done.attempt) SELECT {returning}, " + FREES_SLOT + " AS "
+    "frees_slot, CASE WHEN " + FREES_SLOT + " THEN pg_notify(:channel, '') END AS notified "
     "FROM done")
 # Attempts ended by a failure (a fail, leases taken back), as one statement: the items
 # (``[[id, attempt, status, retry_count, run_at, error], ...]``, each decided by
