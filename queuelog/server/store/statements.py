@@ -117,12 +117,12 @@ def cancel(*conditions: Any, running: bool = False) -> Any:
             .returning(*jobs.c))
 
 
-# A finished job a request waits for (GET /jobs/{id}?wait=): marked, unless finished.
 # The types among ``:types`` with a concurrency set at run time (PUT /types/{type}/limits,
 # by any app server): a finish of one frees a slot, though this process never claimed since.
 CONCURRENCY_SET = select(type_limits.c.type).where(
     type_limits.c.type.in_(b("types", expanding=True)), type_limits.c.overridden,
     type_limits.c.concurrency.is_not(None))
+# A finished job a request waits for (GET /jobs/{id}?wait=): marked, unless finished.
 WATCH = (update(jobs).where(jobs.c.id == b("jid"),
                             jobs.c.status.notin_([s.value for s in FINISHED]))
          .values(watched=True))

@@ -43,9 +43,10 @@ COMPLETE = (
     "RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
-    "AND job_attempts.attempt = done.attempt) SELECT {returning}, " + FREES_SLOT + " AS "
-    "frees_slot, CASE WHEN " + FREES_SLOT + " THEN pg_notify(:channel, '') END AS notified "
-    "FROM done")
+    "AND job_attempts.attempt = done.attempt) SELECT {returning}, f.frees AS frees_slot, "
+    "CASE WHEN f.frees THEN pg_notify(:channel, '') END AS notified "
+    # Once a row: in the select list twice, the limiter row was read twice a job.
+    "FROM done CROSS JOIN LATERAL (SELECT " + FREES_SLOT + " AS frees) AS f")
 # Attempts ended by a failure (a fail, leases taken back), as one statement: the items
 # (``[[id, attempt, status, retry_count, run_at, error], ...]``, each decided by
 # ``Finishing``) joined to their rows, each fenced alone, and their attempts closed with
