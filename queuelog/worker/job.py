@@ -126,7 +126,11 @@ class JobRun:
     def child_env(self) -> dict[str, str]:
         """The command's environment: the runner's, less its token, plus the job's fields."""
         j = self.job
-        env = {**self.settings.env, "QUEUELOG_JOB_ID": str(j.id),
+        # A job's files are its own: a path the runner inherited (it was started by a job of
+        # another runner, say) must not reach a job without parents as if it were its own.
+        inherited = {k: v for k, v in self.settings.env.items()
+                     if k not in (progress.ENV, progress.PARENTS_ENV)}
+        env = {**inherited, "QUEUELOG_JOB_ID": str(j.id),
                "QUEUELOG_JOB_TYPE": j.type, "QUEUELOG_JOB_ATTEMPT": str(j.attempt),
                "QUEUELOG_JOB_PRIORITY": "" if j.priority is None else str(j.priority)}
         if self.progress is not None:

@@ -159,3 +159,23 @@ esac
     assert (marks / "mode").read_text().strip() == "700"
     path = (marks / "path").read_text().strip()
     assert path and not os.path.exists(path) and not os.path.exists(os.path.dirname(path))
+
+
+def test_a_job_without_parents_gets_no_parents_file_from_the_runners_environment(
+        live, work, jtype, tmp_path):
+    """CONTRACT: ``QUEUELOG_JOB_PARENTS_FILE`` is given "only when the job has parents". A
+    runner started where the variable is set (by a job of another runner, say) must not pass
+    that stale path on to a job without parents, as it does not pass on its TRACEPARENT."""
+    stale = tmp_path / "stale-parents.json"
+    stale.write_text('[{"id": 1, "type": "x", "status": "completed", "result": {}}]')
+    handler = script(tmp_path, "h.sh", """cat > /dev/null
+printf '{"file": "%s", "progress": "%s"}\\n' "${QUEUELOG_JOB_PARENTS_FILE-none}" \\
+  "${QUEUELOG_PROGRESS_FILE%/*}"
+""")
+    job = live.producer.enqueue(jtype, {})
+    work("--types", jtype, "--", handler,
+         env={"QUEUELOG_JOB_PARENTS_FILE": str(stale), "QUEUELOG_PROGRESS_FILE": "/stale"})
+    done = wait_for(lambda: finished(live, job["id"]), what="the job")
+    assert done["status"] == "completed", done
+    assert done["result"]["file"] == "none"
+    assert done["result"]["progress"] not in ("", "/stale")  # the job's own folder
