@@ -37,6 +37,9 @@ MAX_WAIT = 30.0
 # down, or one without waits) is looked at again after this long, not at once.
 EARLY_ANSWER_PAUSE = 0.25
 FINISHED = frozenset({"completed", "failed", "cancelled"})
+# Lease ends that heartbeats reported, kept per held attempt (see Client._leases): at most
+# this many, the oldest dropped first (an attempt never answered must not grow it forever).
+MAX_LEASES_KEPT = 10_000
 
 
 class ClientError(Exception):
@@ -125,6 +128,12 @@ class Client:
         # The first retry's pause (seconds); each later one doubles, up to RETRY_MAX_SECONDS.
         self.retry_first = retry_first
         self._closed = threading.Event()  # set by close(): retries stop waiting
+        # The lease end each held attempt's last heartbeat got, by (id, attempt). A caller
+        # may answer with the job its claim returned (the guide does: ``heartbeat(job)``, then
+        # ``complete(job)``), whose ``lease_expires_at`` is the claim's: retries must last
+        # until the lease the heartbeats extended runs out, not give up at the claim's.
+        self._leases: dict[tuple[int, int], float] = {}
+        self._leases_lock = threading.Lock()
         self._timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
         self._http = httpx.Client(
             base_url=self.url + "/", timeout=timeout, transport=transport,
@@ -204,7 +213,11 @@ class Client:
             body["lease_seconds"] = lease_seconds
         if progress is not None:
             body["progress"] = progress
-        return self._answer(job, "heartbeat", body, outcome=None)
+        answer = self._answer(job, "heartbeat", body, outcome=None)
+        until = parse_stamp(answer.get("lease_expires_at")) if isinstance(answer, dict) else None
+        if until is not None:
+            self._keep_lease(_fence(job), until)
+        return answer
 
     def complete(self, job: HeldJob, result: dict[str, Any] | None = None,
                  next: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -217,7 +230,9 @@ class Client:
         body: dict[str, Any] = {"attempt": _fence(job)[1]}
         if result is not None:
             body["result"] = result
-        return self._answer(job, "complete", body, outcome="completed", next=next)
+        answer = self._answer(job, "complete", body, outcome="completed", next=next)
+        self._forget_leases([_fence(job)])
+        return answer
 
     def fail(self, job: HeldJob, error: str, retry: bool = True,
              retry_in: float | None = None, next: dict[str, Any] | None = None
@@ -229,7 +244,9 @@ class Client:
         body: dict[str, Any] = {"attempt": _fence(job)[1], "error": error, "retry": retry}
         if retry_in is not None:
             body["retry_in"] = retry_in
-        return self._answer(job, "fail", body, outcome="failed", next=next)
+        answer = self._answer(job, "fail", body, outcome="failed", next=next)
+        self._forget_leases([_fence(job)])
+        return answer
 
     def complete_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Complete several held jobs in one request (items: ``id``, ``attempt``, ``result``).
@@ -237,11 +254,15 @@ class Client:
         Each item is fenced on its own; the answer lists, in order, ``{"id", "status": 200,
         "job_status"}`` or the item's problem (``status``, ``type``, ``detail``). Not retried.
         """
-        return list(self._request("POST", "jobs/complete", {"jobs": list(items)})["results"])
+        results = list(self._request("POST", "jobs/complete", {"jobs": list(items)})["results"])
+        self._forget_leases(_fences(items))
+        return results
 
     def fail_many(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Fail several held attempts in one request (``id``, ``attempt``, ``error``...)."""
-        return list(self._request("POST", "jobs/fail", {"jobs": list(items)})["results"])
+        results = list(self._request("POST", "jobs/fail", {"jobs": list(items)})["results"])
+        self._forget_leases(_fences(items))
+        return results
 
     @property
     def closed(self) -> bool:
@@ -405,8 +426,10 @@ class Client:
         claim twice anyway; but a retry comes after an outage, and then the answer alone
         is what matters (the runner claims the usual way): it is ``{"job", "next": None}``.
         """
-        path = f"jobs/{_fence(job)[0]}/{verb}"
-        deadline = lease_deadline(job)
+        fence = _fence(job)
+        path = f"jobs/{fence[0]}/{verb}"
+        with self._leases_lock:
+            deadline = max(lease_deadline(job), self._leases.get(fence, 0.0))
         tries = 0
         while True:
             try:
@@ -432,6 +455,21 @@ class Client:
                 delay = backoff(tries, self.retry_first)
             tries += 1
             self._closed.wait(min(delay, max(0.05, deadline - time.time())))
+
+    def _keep_lease(self, fence: tuple[int, int], until: float) -> None:
+        """Remember the lease end a heartbeat of the attempt ``fence`` got."""
+        with self._leases_lock:
+            self._leases.pop(fence, None)  # re-inserted last: the oldest go first
+            self._leases[fence] = until
+            while len(self._leases) > MAX_LEASES_KEPT:
+                del self._leases[next(iter(self._leases))]
+
+    def _forget_leases(self, fences: list[tuple[int, int]]) -> None:
+        """The attempts were answered: their heartbeats' lease ends are no longer needed."""
+        if fences:
+            with self._leases_lock:
+                for fence in fences:
+                    self._leases.pop(fence, None)
 
     def _waiting(self, wait: float) -> httpx.Timeout | None:
         """The timeout of a request the server may hold ``wait`` seconds (None: the usual)."""
@@ -522,6 +560,13 @@ def _bulk(ids: list[int] | None, filter: dict[str, Any] | None) -> dict[str, Any
     if (ids is None) == (filter is None):
         raise TypeError("give ids or filter (filter={} matches every job), not both")
     return {"ids": [int(i) for i in ids]} if ids is not None else {"filter": dict(filter or {})}
+
+
+def _fences(items: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """The (id, attempt) of each well-formed item of a batch answer."""
+    return [(i["id"], i["attempt"]) for i in items
+            if isinstance(i, dict) and isinstance(i.get("id"), int)
+            and isinstance(i.get("attempt"), int)]
 
 
 def _attempt_outcome(job: dict[str, Any], attempt: int) -> str | None:

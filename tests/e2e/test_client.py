@@ -202,6 +202,35 @@ def _in_seconds(seconds: float) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def test_answers_are_retried_until_the_lease_a_heartbeat_extended_runs_out(
+        app, connect, producer, worker, quick_retries):
+    """The client's guide heartbeats with the job it claimed and then completes that same
+    dict (``worker.heartbeat(job)``; ``worker.complete(job, ...)``). The lease is the one
+    the last heartbeat got, not the claim's: a 503 to the complete after the claim's lease
+    end (but within the extended lease) is retried, not raised."""
+    inner = httpx.WSGITransport(app=app)
+    refused: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith(("/complete", "/fail")) \
+                and request.url.path not in refused:
+            refused.append(request.url.path)  # the first try: not applied, the database was away
+            return httpx.Response(503, json={"type": "urn:x:unavailable", "status": 503,
+                                             "detail": "database unavailable"})
+        return inner.handle_request(request)
+
+    w = connect(worker, httpx.MockTransport(handler))
+    connect(producer).enqueue("email")
+    connect(producer).enqueue("email")
+    first, second = w.claim(lease_seconds=1), w.claim(lease_seconds=1)
+    w.heartbeat(first, lease_seconds=120)   # the guide's way: the answer is not kept
+    w.heartbeat(second, lease_seconds=120)
+    time.sleep(1.2)  # the claims' leases are over on this host's clock; the heartbeats' not
+    assert w.complete(first, {"ok": 1})["status"] == "completed"
+    assert w.fail(second, "boom", retry=False)["status"] == "failed"
+    assert len(refused) == 2
+
+
 def test_retries_stop_when_the_lease_would_have_run_out(connect, worker, quick_retries):
     attempts: list[float] = []
 
