@@ -76,6 +76,14 @@ def test_403_for_an_item_beyond_the_key_and_422_over_403(client, make_key, store
     assert count(store) == 0
 
 
+@pytest.mark.parametrize("config", [{"MAX_BATCH": 150}])
+def test_a_403_names_at_most_100_items_as_a_422_does(client, make_key, store):
+    limited = make_key("shop", "producer", types=["email"])
+    got = problem(batch(client, limited, *[{"type": "pdf"}] * 150), 403)
+    assert [e["field"] for e in got["errors"]] == [f"jobs[{i}].type" for i in range(100)]
+    assert got["detail"].count("jobs[") == 100 and count(store) == 0
+
+
 @SQLITE_ONLY
 @pytest.mark.parametrize("body", [{"jobs": []}, {"jobs": [{"type": "email"}] * 6}, {},
                                   {"jobs": {"type": "email"}}, {"jobs": [], "extra": 1}])

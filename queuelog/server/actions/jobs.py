@@ -14,6 +14,7 @@ from queuelog.server import metrics, tracing
 from queuelog.server.actions.gate import SYSTEM, gate, scope_of
 from queuelog.server.auth import Principal
 from queuelog.server.db import get_store
+from queuelog.server.requests.check import MAX_ERRORS
 from queuelog.server.store import Item, NewJob
 
 Refusals = list[dict[str, str]]
@@ -36,12 +37,12 @@ def enqueue(who: Principal, new: NewJob) -> tuple[Job, bool]:
 
 @gate("producer", "admin")
 def enqueue_many(who: Principal, news: Sequence[NewJob]) -> tuple[list[Job], list[int]]:
-    """Add many jobs as ``who``, all or nothing (403 naming every item past the key's
-    limits); return them and the indexes of idempotent replays."""
+    """Add many jobs as ``who``, all or nothing (403 naming the items past the key's
+    limits, at most MAX_ERRORS); return them and the indexes of idempotent replays."""
     refusals = [r for i, new in enumerate(news) for r in _limits(who, new, f"jobs[{i}]")]
     if refusals:
-        raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in refusals),
-                        errors=refusals)
+        shown = refusals[:MAX_ERRORS]  # as a 422's: 500 refused items made a 106 KB answer
+        raise Forbidden("; ".join(f"{e['field']}: {e['detail']}" for e in shown), errors=shown)
     jobs, replayed = get_store().enqueue_many([_own(who, new) for new in news])
     skip = set(replayed)
     fresh = Counter(job.type for i, job in enumerate(jobs) if i not in skip)
