@@ -99,11 +99,6 @@ def hash_checks(app: Any, cheap_dummy: bool = True) -> list[str]:
     return checked
 
 
-def cheap_dummy_hash(app: Any) -> None:
-    """Names that are no user are checked against a cheap dummy hash (``hash_checks``)."""
-    hash_checks(app)
-
-
 def password_clock(app: Any, start: float = 1000.0) -> list[float]:
     """Give ``app`` a password cache that keeps time by the returned one-item list (seconds),
     which the test moves: ``now[0] += AUTH_CACHE_SECONDS``."""

@@ -19,7 +19,7 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import positive_data_acceptance
 
-from helpers import cheap_dummy_hash
+from helpers import hash_checks
 from queuelog.model.jobs import Status
 from queuelog.server.requests.openapi import document
 from queuelog.server.store import NewJob, Store
@@ -72,7 +72,7 @@ def api_schema(app: Any, store: Store, keys: dict[str, dict[str, str]], backend:
     seed(store)
     # The ignored_auth check's made-up Basic credentials name no user, so each is checked
     # against the timing-equalizing dummy hash: 164 of them on SQLite (20 s of scrypt).
-    cheap_dummy_hash(app)
+    hash_checks(app)  # with the cheap dummy hash
     # schemathesis's ignored_auth check sends the same made-up Basic credentials again and
     # again; after 10 the sign-in throttle (contract) answers 429, which that check does not
     # expect. The throttle has its own tests (test_throttle.py); here it never trips.

@@ -20,16 +20,11 @@ from server_process import Server, table_rows
 GUESSER, OTHER = "10.0.0.66", "10.0.0.7"
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def hashes(app: Any) -> list[str]:
     """Every password check the app makes (the hashes it was asked to compare with); 30
-    made-up names here: each checked against a cheap dummy hash."""
+    made-up names here: each checked against a cheap dummy hash (every test has both)."""
     return hash_checks(app)
-
-
-@pytest.fixture(autouse=True)
-def _cheap_dummy_hash(hashes: list[str]) -> None:
-    """Every test here has the recording slots and the cheap dummy hash (``hashes``)."""
 
 
 def sign_in(client: Any, headers: dict[str, str], address: str, path: str = "/jobs") -> Any:

@@ -250,6 +250,23 @@ def test_retries_stop_when_the_lease_would_have_run_out(connect, worker, quick_r
     assert len(attempts) == 1
 
 
+def test_the_first_retry_waits_half_to_all_of_retry_first(worker, real_time):
+    """``Client(retry_first=)`` sets the first pause: 0.6 s waits at least 0.3 s, past the
+    default's 0.25 s at most (a lower bound: a busy machine cannot make it pass)."""
+    attempts: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        attempts.append(time.monotonic())
+        if len(attempts) == 1:
+            raise httpx.ConnectError("connection refused")
+        return httpx.Response(200, json={"id": 1, "attempt": 1, "status": "completed"})
+
+    with Client("http://queue.test", token_of(worker), retry_first=0.6,
+                transport=httpx.MockTransport(handler)) as c:
+        c.complete({"id": 1, "attempt": 1, "lease_expires_at": _in_seconds(30)})
+    assert len(attempts) == 2 and attempts[1] - attempts[0] >= 0.3
+
+
 def test_a_non_problem_error_page_is_a_problem_error(connect, worker):
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(502, html="<html><body><h1>502 Bad Gateway</h1></body></html>")

@@ -26,6 +26,8 @@ ITEMS = ("(SELECT CAST(i ->> 0 AS BIGINT) AS id, CAST(i ->> 1 AS INTEGER) AS att
 FENCE = ("jobs.id = ANY(ARRAY(SELECT CAST(i ->> 0 AS BIGINT) " + _EACH + ")) "
          "AND jobs.id = v.id AND jobs.attempt = v.att "
          "AND jobs.status IS NOT DISTINCT FROM 'running'")
+# The holder: a worker's own items (a complete's always, an end's as ``{own}`` says).
+OWN = " AND jobs.worker_id IS NOT DISTINCT FROM :wkr"
 # The one complete: the items joined to their rows, each fenced alone; their attempts
 # closed and a freed slot's wake-up sent by the same statement. ``{guard}``: PLAIN, in
 # autocommit, leaves a job with dependents to a transaction (their release goes with it).
@@ -39,7 +41,7 @@ COMPLETE = (
     "WITH done AS (UPDATE jobs SET status = 'completed', result = v.res, "
     "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
     "FROM " + ITEMS.format(columns="i ->> 2 AS res") + " AS v "
-    "WHERE " + FENCE + " AND jobs.worker_id IS NOT DISTINCT FROM :wkr{guard} "
+    "WHERE " + FENCE + OWN + "{guard} "
     "RETURNING jobs.*), "
     "ended AS (UPDATE job_attempts SET finished_at = :now, outcome = 'completed', "
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
@@ -63,7 +65,6 @@ END = (
     "closed AS (UPDATE job_attempts SET finished_at = :now, outcome = :outcome, "
     "error = ended.error FROM ended WHERE job_attempts.job_id = ended.id "
     "AND job_attempts.attempt = ended.attempt) SELECT * FROM ended")
-OWN = " AND jobs.worker_id IS NOT DISTINCT FROM :wkr"
 WRITABLE = text("SELECT NOT pg_is_in_recovery() "
                 "AND current_setting('transaction_read_only') = 'off'")
 ADVISORY = text("SELECT pg_advisory_xact_lock(:key)")

@@ -26,15 +26,17 @@ EXPIRED_BY_TYPE = text(
     "AND lease_expires_at < :now GROUP BY type")
 # Many rows in one multi-row VALUES (``insert_rows``).
 INSERT_ROWS = "INSERT INTO {table} ({columns}) VALUES :rows{returning}"
+# The fence on each item's row, and its holder. ``+`` keeps the planner off the status and
+# worker indexes (it would walk every running job for each item); the walk is the items,
+# each a rowid lookup.
+FENCE = ("WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
+         "AND jobs.attempt = i.value ->> 1")
+OWN = " AND +jobs.worker_id = :wkr"
 # The one complete: the items (``[[id, attempt, result], ...]``) joined to their rows, each
-# fenced alone. ``+`` keeps the planner off the status and worker indexes (it would walk
-# every running job for each item); the walk is the items, each a rowid lookup.
+# fenced alone.
 COMPLETE = ("UPDATE jobs SET status = 'completed', result = i.value ->> 2, "
             "lease_expires_at = NULL, finished_at = :now, updated_at = :now "
-            "FROM json_each(:items) AS i "
-            "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
-            "AND jobs.attempt = i.value ->> 1 AND +jobs.worker_id = :wkr "
-            "RETURNING {returning}")
+            "FROM json_each(:items) AS i " + FENCE + OWN + " RETURNING {returning}")
 # The completed jobs' attempts closed (each item a primary-key lookup).
 CLOSE_ATTEMPTS = text(
     "UPDATE job_attempts SET finished_at = :now, outcome = 'completed', error = NULL "
@@ -47,10 +49,7 @@ END = ("UPDATE jobs SET status = i.value ->> 2, retry_count = i.value ->> 3, "
        "run_at = coalesce(i.value ->> 4, jobs.run_at), error = i.value ->> 5, "
        "lease_expires_at = NULL, updated_at = :now, "
        "finished_at = CASE WHEN i.value ->> 2 = 'failed' THEN :now END "
-       "FROM json_each(:items) AS i "
-       "WHERE jobs.id = i.value ->> 0 AND +jobs.status = 'running' "
-       "AND jobs.attempt = i.value ->> 1{own} RETURNING *")
-OWN = " AND +jobs.worker_id = :wkr"
+       "FROM json_each(:items) AS i " + FENCE + "{own} RETURNING *")
 # Their attempts closed, with the outcome and the error their jobs got.
 END_ATTEMPTS = text(
     "UPDATE job_attempts SET finished_at = :now, outcome = :outcome, error = i.value ->> 5 "
