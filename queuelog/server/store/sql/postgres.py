@@ -47,8 +47,10 @@ COMPLETE = (
     "error = NULL FROM done WHERE job_attempts.job_id = done.id "
     "AND job_attempts.attempt = done.attempt) SELECT {returning}, f.frees AS frees_slot, "
     "CASE WHEN f.frees THEN pg_notify(:channel, '') END AS notified "
-    # Once a row: in the select list twice, the limiter row was read twice a job.
-    "FROM done CROSS JOIN LATERAL (SELECT " + FREES_SLOT + " AS frees) AS f")
+    # Once a row: in the select list twice, the limiter row was read twice a job, and so
+    # it was as a plain LATERAL too, which the planner pulls up into both uses; OFFSET 0
+    # keeps the subquery whole (EXPLAIN: one SubPlan on type_limits, not two).
+    "FROM done CROSS JOIN LATERAL (SELECT " + FREES_SLOT + " AS frees OFFSET 0) AS f")
 # Attempts ended by a failure (a fail, leases taken back), as one statement: the items
 # (``[[id, attempt, status, retry_count, run_at, error], ...]``, each decided by
 # ``Finishing``) joined to their rows, each fenced alone, and their attempts closed with
