@@ -14,9 +14,10 @@ import subprocess
 import sys
 from typing import Iterable
 
+import pytest
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "queuelog"
-MAX_TOP_LEVEL = 5  # DESIGN.md: __init__, cli, client (and __main__) beside the worlds' packages
+MAX_TOP_LEVEL = 5  # DESIGN.md: __init__, cli (and __main__) beside client/ and the worlds' packages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,11 +36,12 @@ class Rule:
 
 
 SERVER = "queuelog.server"
+CLIENT = "queuelog.client"
 API, UI, STORE, ACTIONS = (f"{SERVER}.{room}" for room in ("api", "ui", "store", "actions"))
 RULES = [
     Rule("queuelog.model", only=("queuelog.model",)),
-    Rule("queuelog.client", only=("queuelog.client", "queuelog.model")),
-    Rule("queuelog.worker", only=("queuelog.worker", "queuelog.client", "queuelog.model")),
+    Rule(CLIENT, only=(CLIENT, "queuelog.model")),
+    Rule("queuelog.worker", only=("queuelog.worker", CLIENT, "queuelog.model")),
     Rule(STORE, never=(API, UI, ACTIONS, f"{SERVER}.requests.openapi")),
     Rule(ACTIONS, never=(API, UI)),
     Rule(f"{SERVER}.requests", never=(API, UI, STORE, ACTIONS)),
@@ -188,11 +190,12 @@ def test_walker_sees_lazy_relative_and_type_checking_imports(tmp_path: pathlib.P
         "queuelog.model.jobs (line 4) imports queuelog.cli"]
 
 
-# -- ranks: every server module has one, and imports point to a lower rank ----------------
+# -- ranks: every server and client module has one, and imports point to a lower rank -----
 # Ranks, top to bottom (DESIGN.md's layers); each holds rooms, a module or a package by
-# prefix; "queuelog.server" itself is the package's __init__ alone (create_app). An import
-# points to its own rank or a lower one (RULES above keep api/ and ui/ apart within theirs).
-# A new module must be placed here.
+# prefix; "queuelog.server" itself is the package's __init__ alone (create_app), and
+# "queuelog.client" the client's (the public import path). An import points to its own rank
+# or a lower one (RULES above keep api/ and ui/ apart within theirs). A new module must be
+# placed here.
 RANKS: list[tuple[str, ...]] = [
     (SERVER, f"{SERVER}.app", f"{SERVER}.gunicorn_hooks", f"{SERVER}.commands",  # the app
      f"{SERVER}.access_commands"),
@@ -206,31 +209,45 @@ RANKS: list[tuple[str, ...]] = [
     (STORE, f"{SERVER}.migrations"),
     (f"{SERVER}.requests", f"{SERVER}.cron"),
 ]
+# The client's parts (DESIGN.md: worker/ -> client): the calls over the retry rules over the
+# HTTP over the errors, so the transport never learns what a job or an answer is.
+CLIENT_RANKS: list[tuple[str, ...]] = [
+    (CLIENT,),                                   # re-exports: ``from queuelog.client import``
+    (f"{CLIENT}.api",),                          # Client: one method per API call
+    (f"{CLIENT}.operating",),                    # the repair and operating calls it inherits
+    (f"{CLIENT}.retries",),                      # what is retried, and for how long
+    (f"{CLIENT}.transport",),                    # one kept-alive pool, JSON in and out
+    (f"{CLIENT}.errors",),                       # what it raises
+]
+PACKAGES = {SERVER: RANKS, CLIENT: CLIENT_RANKS}
 
 
-def room_of(module: str) -> tuple[int, str] | None:
-    """The rank (0: top) and room of a server module, by its longest listed prefix."""
+def room_of(module: str, package: str = SERVER) -> tuple[int, str] | None:
+    """The rank (0: top) and room of a module of ``package``, by its longest listed prefix."""
     best: tuple[int, str] | None = None
-    for rank, rooms in enumerate(RANKS):
+    for rank, rooms in enumerate(PACKAGES[package]):
         for room in rooms:
-            fits = module == room if room == SERVER else within(module, [room])
+            fits = module == room if room == package else within(module, [room])
             if fits and (best is None or len(room) > len(best[1])):
                 best = (rank, room)
     return best
 
 
-def test_every_server_module_has_a_rank() -> None:
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_has_a_rank(package: str) -> None:
     """A module DESIGN.md's layers do not place (the actions package's included) fails here."""
-    unranked = [m for m in modules(PACKAGE) if within(m, [SERVER]) and room_of(m) is None]
-    assert not unranked, f"server modules without a rank in RANKS: {unranked}"
+    unranked = [m for m in modules(PACKAGE)
+                if within(m, [package]) and room_of(m, package) is None]
+    assert not unranked, f"{package} modules without a rank: {unranked}"
     assert all(room_of(m) == (3, ACTIONS) for m in modules(PACKAGE) if within(m, [ACTIONS]))
 
 
-def test_server_imports_point_down_the_ranks() -> None:
-    """A server module imports only its own rank's modules or a lower rank's."""
+@pytest.mark.parametrize("package", PACKAGES)
+def test_imports_point_down_the_ranks(package: str) -> None:
+    """A server (client) module imports only its own rank's modules or a lower rank's."""
     wrong = []
     for e in edges():
-        here, there = room_of(e.importer), room_of(e.imported)
+        here, there = room_of(e.importer, package), room_of(e.imported, package)
         if here is not None and there is not None and there[0] < here[0]:
             wrong.append(str(e))
     assert not wrong, "import up the ranks:\n  " + "\n  ".join(wrong)
