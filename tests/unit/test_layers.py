@@ -207,6 +207,7 @@ RANKS: list[tuple[str, ...]] = [
     (f"{SERVER}.throttle", f"{SERVER}.errors", f"{SERVER}.config", f"{SERVER}.sanitize",
      f"{SERVER}.jsonout"),
     (STORE, f"{SERVER}.migrations"),
+    (f"{SERVER}.requests.openapi",),             # the document, built from the declarations
     (f"{SERVER}.requests", f"{SERVER}.cron"),
 ]
 # The client's parts (DESIGN.md: worker/ -> client): the calls over the retry rules over the

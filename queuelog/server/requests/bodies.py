@@ -4,7 +4,7 @@ Schema.
 One declaration drives three things: the checks (``check.body("NewJob")`` answers 422 with
 every error, each at its contract-style path, e.g. ``jobs[3].priority``; ``check.query``
 likewise for a query string), the dashboard's filters (``ui/filters.py``), and
-``/openapi.json`` (``openapi.py`` publishes ``bodies(config)`` as its components and
+``/openapi.json`` (``openapi/`` publishes ``bodies(config)`` as its components and
 ``queries(config)`` as each GET's parameters). So the document cannot drift from what is
 enforced.
 
@@ -20,7 +20,8 @@ To add a body:
 3. In the view: ``data = body("MyBody")``; then read fields with ``given(data, name, default)``.
    Rules a schema cannot state (a size per job type, a key's limits) stay in the view,
    reported under the same paths.
-4. In ``openapi.py``: ``requestBody=_body("MyBody")`` (a query: ``parameters=_query(...)``).
+4. In ``openapi/paths.py`` (or ``operating.py``): ``requestBody=request_body("MyBody")``
+   (a query: ``parameters=query_params(...)``).
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ NO_NUL = "^[^\\u0000]*$"
 # that the two agree.
 # An idempotency key, declared once: the body's field, the Idempotency-Key header once
 # unquoted (api/producer.py checks it against this) and the header's published pattern
-# (openapi.KEY_HEADER, built from maxLength) all follow it.
+# (openapi/paths.py KEY_HEADER, built from maxLength) all follow it.
 IDEMPOTENCY_KEY = {"type": "string", "minLength": 1, "maxLength": 255, "pattern": PRINTABLE_ASCII}
 IDEMPOTENCY_KEY_RULE = (f"Must be {IDEMPOTENCY_KEY['minLength']} to "
                         f"{IDEMPOTENCY_KEY['maxLength']} printable ASCII characters.")

@@ -1,4 +1,4 @@
-"""The words of the OpenAPI document (``openapi.py``): tags, what each error status means, the
+"""The words of the OpenAPI document (``openapi/``): tags, what each error status means, the
 rules a JSON Schema cannot state, and the links from one call on a job to the next.
 
 Kept apart from the document's structure so that adding a route means adding its tag and, if
