@@ -143,33 +143,76 @@ def refused_writes(store: Any, table: str, op: str = "INSERT",
 
 
 @contextlib.contextmanager
-def failing_statements(target: Any, match: str) -> Iterator[list[str]]:
-    """While open, each statement containing ``match`` sent through ``target`` (an engine,
-    or ``sqlalchemy.engine.Engine``: every engine) fails as a database gone would, before
-    it reaches the database: SQLite's "disk I/O error", PostgreSQL's lost connection (each
-    driver's OperationalError); the list holds the statements failed. SQLAlchemy's own
-    event hook: no queuelog code is patched."""
+def sent_statements(target: Any, match: str | Callable[[str, Any], bool],
+                    then: Callable[[Any, str], None] | None = None, *,
+                    before: bool = False) -> Iterator[list[str]]:
+    """While open, each statement sent through ``target`` (an engine, or
+    ``sqlalchemy.engine.Engine``: every engine) that ``match`` fits (a text it contains, or
+    a predicate of its text and parameters) is recorded in the list yielded, and
+    ``then(connection, statement)`` runs in the sending thread once it has run, or with
+    ``before`` as it is about to be sent. SQLAlchemy's own event hook, which queuelog's
+    prepared statements tell too: no queuelog code is patched."""
+    from sqlalchemy import event
+    seen: list[str] = []
+    hook = "before_cursor_execute" if before else "after_cursor_execute"
+
+    def watch(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if match in statement if isinstance(match, str) else match(statement, parameters):
+            seen.append(statement)
+            if then is not None:
+                then(conn, statement)
+    event.listen(target, hook, watch)
+    try:
+        yield seen
+    finally:
+        event.remove(target, hook, watch)
+
+
+def failing_statements(target: Any, match: str) -> contextlib.AbstractContextManager[list[str]]:
+    """While open, each statement containing ``match`` sent through ``target`` (as
+    ``sent_statements``) fails as a database gone would, before it reaches the database:
+    SQLite's "disk I/O error", PostgreSQL's lost connection (each driver's
+    OperationalError); the list holds the statements failed."""
     import sqlite3
 
-    from sqlalchemy import event
     from sqlalchemy import exc as sa_exc
-    failed: list[str] = []
 
-    def fail(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if match in statement:
-            failed.append(statement)
-            if conn.dialect.name == "postgresql":
-                import psycopg
-                lost: Exception = psycopg.OperationalError("server closed the connection")
-            else:
-                lost = sqlite3.OperationalError("disk I/O error")
-                lost.sqlite_errorcode = sqlite3.SQLITE_IOERR  # type: ignore[attr-defined]
-            raise sa_exc.OperationalError(statement, {}, lost)
-    event.listen(target, "before_cursor_execute", fail)
+    def fail(conn: Any, statement: str) -> None:
+        if conn.dialect.name == "postgresql":
+            import psycopg
+            lost: Exception = psycopg.OperationalError("server closed the connection")
+        else:
+            lost = sqlite3.OperationalError("disk I/O error")
+            lost.sqlite_errorcode = sqlite3.SQLITE_IOERR  # type: ignore[attr-defined]
+        raise sa_exc.OperationalError(statement, {}, lost)
+    return sent_statements(target, match, fail, before=True)
+
+
+@contextlib.contextmanager
+def lost_answer(app: Any, method: str, path: str) -> Iterator[list[int]]:
+    """While open, the first request ``method path`` runs to its end (its view committed
+    and answered, the status recorded in the list yielded) and its answer is dropped: the
+    client gets ConnectionResetError, as when the connection breaks after the server's
+    commit. A WSGI middleware around ``app.wsgi_app``, Flask's way to wrap an app."""
+    inner = app.wsgi_app
+    answered: list[int] = []
+
+    def middleware(environ: dict[str, Any], start_response: Any) -> Any:
+        if answered or (environ["REQUEST_METHOD"], environ["PATH_INFO"]) != (method, path):
+            return inner(environ, start_response)
+        status: list[str] = []
+        body = inner(environ, lambda s, headers, exc_info=None: status.append(s))
+        try:
+            b"".join(body)  # the whole answer made, as a server would send it
+        finally:
+            getattr(body, "close", lambda: None)()
+        answered.append(int(status[0].split()[0]))
+        raise ConnectionResetError("the connection broke before the answer arrived")
+    app.wsgi_app = middleware
     try:
-        yield failed
+        yield answered
     finally:
-        event.remove(target, "before_cursor_execute", fail)
+        app.wsgi_app = inner
 
 
 def add_user(store: Any, username: str, role: str, password: str = "pw-123456") -> dict[str, str]:

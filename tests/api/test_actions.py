@@ -4,11 +4,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import threading
 from typing import Any
 
 import pytest
 
-from helpers import failed
+from helpers import failed, sent_statements, until
 from queuelog.server import actions, sanitize
 from queuelog.server.api.serialize import job_json
 from queuelog.server.auth import Principal
@@ -170,33 +171,44 @@ def test_claim_holds_a_worker_to_its_key_types(ctx: Any, store: Store) -> None:
     assert [j.type for j in actions.claim(WORKER, 1).jobs] == ["pdf"]
 
 
+@pytest.mark.parametrize("config", [{"LONG_POLL_LOOK_SECONDS": 60}])
 @pytest.mark.parametrize("revoked", [False, True])
-def test_a_waiting_claim_rechecks_that_the_key_is_active(ctx: Any, store: Store,
-                                                         monkeypatch: Any,
+def test_a_waiting_claim_rechecks_that_the_key_is_active(app: Any, store: Store,
                                                          revoked: bool) -> None:
     """A job that comes due while the claim waits goes to an active key only."""
-    # No real wait: the enqueue below rings this process's bell, so the poll looks at once.
+    # The poll's own looks come a minute apart: its second look is the one the enqueue's
+    # wake-up makes (the enqueue rings this process's bell).
     key, token = store.accounts.create_key("mailer-1", "worker")
     who = Principal(key.name, key.role, "key", None, 10, token)
-    real = store.claim_many
-    looks: list[int] = []
+    polls = app.extensions["queuelog.longpoll"]
+    got: list[Any] = []
 
-    def claim_many(*args: Any, **kwargs: Any) -> list[Job]:
-        got = real(*args, **kwargs)
-        if not looks:  # the first look found nothing; now a job comes, and maybe a revoke
-            store.enqueue(NewJob("billing", "email", "{}", 0, 0))
-            if revoked:
-                store.accounts.revoke_key("mailer-1")
-        looks.append(len(got))
-        return got
+    def waiting_claim() -> None:
+        with app.test_request_context():
+            got.append(actions.claim(who, 1, wait=30))
 
-    monkeypatch.setattr(store, "claim_many", claim_many)
-    got = actions.claim(who, 1, wait=30)
-    if revoked:  # the second look read the key with its first reads, and took nothing
-        assert list(got.jobs) == [] and looks == [0, 0]
+    def keyed(statement: str, parameters: Any) -> bool:  # a statement that reads the key
+        sent = parameters.values() if isinstance(parameters, dict) else parameters or ()
+        return key.token_hash in sent
+
+    with sent_statements(store.engine, keyed) as key_reads:
+        thread = threading.Thread(target=waiting_claim, daemon=True)
+        thread.start()
+        until(lambda: polls.waiting == 1)  # the first look found nothing; the claim waits
+        assert key_reads == []  # the first look is the request's own: auth read the key
+        if revoked:
+            store.accounts.revoke_key("mailer-1")
+        store.enqueue(NewJob("billing", "email", "{}", 0, 0))  # a job comes, and a wake-up
+        thread.join(timeout=10)
+        polls.stop()  # ends the claim if it is still waiting
+        thread.join(timeout=10)
+    assert got, "the enqueue did not wake the waiting claim"
+    assert key_reads  # the second look read the key with its first reads
+    if revoked:  # and took nothing
+        assert list(got[0].jobs) == []
         assert store.list_jobs().jobs[0].status.value == "pending"
     else:
-        assert len(got.jobs) == 1 and looks == [0, 1]
+        assert len(got[0].jobs) == 1
 
 
 # -- bug 8: a fail batch's items are fenced before their error text is sanitized ------------

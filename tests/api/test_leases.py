@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from helpers import claim, enqueue
+from helpers import claim, enqueue, sent_statements
 from queuelog import create_app
 from queuelog.server.longpoll import Wakeup
 from queuelog.model.problems import QueuelogError
@@ -16,6 +16,8 @@ from queuelog.model.jobs import isoformat
 from queuelog.server.store import NewJob
 
 LEASE = 60  # LEASE_SECONDS in these tests; pdf and sync set their own
+# The claim statement's text on both backends: each claim try sends it once.
+CLAIM = "attempt=(jobs.attempt + "
 
 
 @pytest.fixture
@@ -247,14 +249,9 @@ def test_worker_death_history_shows_both_attempts(client, producer, worker, othe
 
 # -- long poll -----------------------------------------------------------------------
 @pytest.mark.parametrize("config", [{"LONG_POLL_LOOK_SECONDS": 60}])
-def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, worker, store,
-                                                        monkeypatch):
+def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, worker, store):
     # The poll's own looks come a minute apart here: only the enqueue's wake-up can end the
     # wait early, and it does so with exactly one more claim try.
-    tries: list[int] = []
-    real_claim = store.claim_many
-    monkeypatch.setattr(store, "claim_many",
-                        lambda *a, **k: tries.append(1) or real_claim(*a, **k))
     polls = app.extensions["queuelog.longpoll"]
     answer: dict[str, Any] = {}
 
@@ -262,29 +259,26 @@ def test_long_poll_returns_as_soon_as_a_job_is_enqueued(app, client, producer, w
         answer["resp"] = app.test_client().post("/jobs/claim", json={"wait": 30},
                                                 headers=worker)
 
-    thread = threading.Thread(target=poll, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while polls.waiting == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)  # until the poll has found nothing and parked
-    job = enqueue(client, producer)
-    thread.join(timeout=10)
-    woken = not thread.is_alive()
-    polls.stop()  # ends the poll if the wake-up never came
-    thread.join(timeout=10)
+    with sent_statements(store.engine, CLAIM) as tries:
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 10
+        while polls.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # until the poll has found nothing and parked
+        job = enqueue(client, producer)
+        thread.join(timeout=10)
+        woken = not thread.is_alive()
+        polls.stop()  # ends the poll if the wake-up never came
+        thread.join(timeout=10)
     assert woken, "the enqueue did not wake the waiting claim"
     assert answer["resp"].status_code == 200 and answer["resp"].json["id"] == job["id"]
     assert len(tries) == 2  # the try that found nothing, and the one the wake-up made
 
 
-def test_long_poll_answers_204_at_the_deadline_without_spinning(app, client, worker, store,
-                                                                monkeypatch):
-    tries = []
-    real_claim = store.claim_many
-    monkeypatch.setattr(store, "claim_many",
-                        lambda *a, **k: tries.append(1) or real_claim(*a, **k))
+def test_long_poll_answers_204_at_the_deadline_without_spinning(app, client, worker, store):
     began = time.monotonic()
-    resp = client.post("/jobs/claim", json={"wait": 1.5}, headers=worker)
+    with sent_statements(store.engine, CLAIM) as tries:
+        resp = client.post("/jobs/claim", json={"wait": 1.5}, headers=worker)
     took = time.monotonic() - began
     assert resp.status_code == 204 and resp.data == b""
     assert 1.5 <= took < 5  # the deadline, not the 30 s maximum; slack for a busy CI box

@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import event, exc as sa_exc
 from sqlalchemy.engine import make_url
 
-from helpers import SQLITE_ONLY, failing_statements, problem
+from helpers import SQLITE_ONLY, failing_statements, lost_answer, problem
 from queuelog.server.errors import is_unavailable
 from queuelog.server.store.tables import metadata
 from server_process import Server, make_keys, request, table_rows
@@ -480,47 +480,28 @@ def test_cli_database_gone_at_start_is_one_line_and_exit_1(tmp_path):
 
 
 # -- a commit that landed, its answer lost: the client's retry is safe -----------------------
-def _lost_answer(backend: str) -> Exception:
-    """The error a request gets when the connection breaks after its COMMIT was sent."""
-    if backend == "postgresql":
-        return sa_exc.OperationalError("COMMIT", {}, psycopg.OperationalError(
-            "server closed the connection unexpectedly"))
-    return sa_exc.OperationalError("COMMIT", {}, sqlite3.OperationalError("disk I/O error"))
-
-
-def test_a_complete_that_landed_but_got_503_is_retried_into_409_and_attempts_say_so(
-        backend, client, store, producer, worker, monkeypatch):
+def test_a_complete_that_landed_but_whose_answer_was_lost_is_retried_into_409(
+        app, client, store, producer, worker):
     job = client.post("/jobs", json={"type": "email"}, headers=producer).json
     claimed = client.post("/jobs/claim", headers=worker).json
-    real_complete = store.complete
-
-    def landed_then_lost(*args: Any, **kwargs: Any) -> Any:
-        real_complete(*args, **kwargs)
-        raise _lost_answer(backend)
-
-    monkeypatch.setattr(store, "complete", landed_then_lost)
     body = {"attempt": claimed["attempt"], "result": {"sent": True}}
-    _unavailable(client.post(f"/jobs/{job['id']}/complete", json=body, headers=worker))
-    monkeypatch.setattr(store, "complete", real_complete)
-    retry = client.post(f"/jobs/{job['id']}/complete", json=body, headers=worker)
+    path = f"/jobs/{job['id']}/complete"
+    with lost_answer(app, "POST", path) as answered, pytest.raises(ConnectionResetError):
+        client.post(path, json=body, headers=worker)
+    assert answered == [200]  # the server committed and answered; the client never heard
+    retry = client.post(path, json=body, headers=worker)
     assert problem(retry, 409, "wrong-state")
     seen = client.get(f"/jobs/{job['id']}", headers=worker).json
     assert [(a["attempt"], a["outcome"]) for a in seen["attempts"]] == [(1, "completed")]
     assert seen["status"] == "completed" and seen["result"] == {"sent": True}
 
 
-def test_an_enqueue_that_landed_but_got_503_is_replayed_by_its_idempotency_key(
-        backend, client, store, producer, monkeypatch):
-    real_enqueue = store.enqueue
-
-    def landed_then_lost(*args: Any, **kwargs: Any) -> Any:
-        real_enqueue(*args, **kwargs)
-        raise _lost_answer(backend)
-
-    monkeypatch.setattr(store, "enqueue", landed_then_lost)
+def test_an_enqueue_that_landed_but_whose_answer_was_lost_is_replayed_by_its_key(
+        app, client, store, producer):
     body = {"type": "email", "payload": {"n": 1}, "idempotency_key": "k-1"}
-    _unavailable(client.post("/jobs", json=body, headers=producer))
-    monkeypatch.setattr(store, "enqueue", real_enqueue)
+    with lost_answer(app, "POST", "/jobs") as answered, pytest.raises(ConnectionResetError):
+        client.post("/jobs", json=body, headers=producer)
+    assert answered == [201]
     again = client.post("/jobs", json=body, headers=producer)
     assert again.status_code == 200 and again.json["idempotency_key"] == "k-1"
     assert len(store.list_jobs().jobs) == 1

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from helpers import sent_statements
 from queuelog import create_app
 from queuelog.model.problems import ConfigError
 from queuelog.server.store import NewJob, Store
@@ -133,31 +134,34 @@ def test_a_bad_limit_in_the_config_stops_start_up(opts: dict[str, Any], named: s
     assert "\n" not in str(err.value)
 
 
+def locks_limiter_rows(statement: str, parameters: Any) -> bool:
+    """The limiter rows locked: claim_policy.settle's first statement, and the locked way's."""
+    return "FROM type_limits" in statement and "FOR UPDATE" in statement
+
+
 @pytest.mark.parametrize("kind", ["pdf", "email"])
 def test_a_claim_that_would_overrun_meanwhile_rolls_back_and_claims_under_the_lock(
-        backend: str, store: Store, monkeypatch: Any, kind: str) -> None:
+        backend: str, store: Store, kind: str) -> None:
     """PostgreSQL claims on an unlocked reading (far from the limit: 3 left): another claim
     committing between that reading and the first one's check (claim_policy.settle) must
     not let both through. The batch of 3 rolls back and, under the lock, takes the 2 left."""
     if backend != "postgresql":
         pytest.skip("SQLite's write lock serializes the two: there is no interleaving")
-    from queuelog.server.store import claim_policy
     store.set_limits(kind, {"pdf": {"concurrency": 3}, "email": {"rate": "1/h", "burst": 3}
                             }[kind], "root")
     add(store, kind, 5)
-    real = claim_policy.settle
     others: list[Any] = []
 
-    def settle_after_another(*args: Any) -> bool:
+    def another_claim(conn: Any, statement: str) -> None:
         if not others:  # the first claim, between its reading and its check
             others.append(None)
             t = threading.Thread(target=lambda: others.append(store.claim("w2", types=[kind])))
             t.start()
             t.join(timeout=30)
-        return real(*args)
 
-    monkeypatch.setattr(claim_policy, "settle", settle_after_another)
-    first = store.claim_many("w1", 3, types=[kind])
+    # The check's first statement locks the limiter rows (the reading's does not).
+    with sent_statements(store.engine, locks_limiter_rows, another_claim, before=True):
+        first = store.claim_many("w1", 3, types=[kind])
     assert others[1] is not None            # the other claim got one slot or token
     assert len(first) == 2                  # and this one, checked under the lock, the rest
     assert store.claim("w3", types=[kind]) is None

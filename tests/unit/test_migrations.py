@@ -24,12 +24,12 @@ from sqlalchemy import create_engine, event, inspect, select
 from sqlalchemy.engine import make_url
 
 from conftest import BACKENDS
-from helpers import minute_rows
+from helpers import minute_rows, sent_statements
 from queuelog import create_app
 from queuelog.model.jobs import Status
 from queuelog.server.store.tables import job_counts, metadata, paused_types, type_limits
 from queuelog.server import migrations
-from queuelog.server.store import NewJob, Store, migrate, revisions
+from queuelog.server.store import NewJob, Store, revisions
 from queuelog.server.store.migrate import alembic_config, current, head, scripts
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -217,25 +217,32 @@ def test_downgrade_and_upgrade_again(fresh_url):
     assert differences(fresh_url) == []
 
 
-def test_upgrades_started_together_take_turns(fresh_url, monkeypatch):
+def changes_schema(statement: str, parameters: Any) -> bool:
+    """A statement that changes the schema or stamps its revision."""
+    return statement.lstrip().upper().startswith(("CREATE", "ALTER", "DROP", "INSERT"))
+
+
+def test_upgrades_started_together_take_turns(fresh_url):
     """Like gunicorn workers starting together on a pre-Alembic database.
 
-    Each upgrade is slowed down after it has read the revision, so without the lock both
-    would read "no revision" and both would stamp and create tables: one would fail.
+    Each upgrade is slowed down after it has read the revision, before its first change to
+    the schema, so without the lock both would read "no revision" and both would stamp and
+    create tables: one would fail.
     """
     legacy_store(fresh_url).close()  # the longer path: complete, stamp, then 0002
-    original = migrate._complete_baseline
+    slowed: set[int] = set()
 
-    def slow(conn: Any) -> None:
-        time.sleep(0.5)
-        original(conn)
-    monkeypatch.setattr(migrate, "_complete_baseline", slow)
+    def slow(conn: Any, statement: str) -> None:
+        if threading.get_ident() not in slowed:  # each upgrade's first change, once
+            slowed.add(threading.get_ident())
+            time.sleep(0.5)
     stores = [Store(fresh_url) for _ in range(3)]
     errors: list[BaseException] = []
 
     def run(store: Store) -> None:
         try:
-            store.create_schema()
+            with sent_statements(store.engine, changes_schema, slow, before=True):
+                store.create_schema()
         except BaseException as exc:  # reported below, with the others
             errors.append(exc)
     threads = [threading.Thread(target=run, args=(s,)) for s in stores]
