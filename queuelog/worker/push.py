@@ -88,9 +88,12 @@ class PushTarget:
     def deliver(self, job: ClaimedJob) -> Verdict:
         """POST the job to the URL; the verdict on whatever came back (or did not)."""
         body, headers = self.request(job, time.time())
+        # httpx's timeout is per read: an answer trickled a byte at a time never trips it,
+        # and would hold its pooled connection (the next jobs waiting for it) for as long.
+        deadline = time.monotonic() + self.timeout + ABANDON_SECONDS
         try:
             with self.http.stream("POST", self.url, content=body, headers=headers) as resp:
-                data, whole = _read(resp)
+                data, whole = _read(resp, deadline)
                 return of_answer(resp.status_code, resp.headers, data, whole,
                                  resp.reason_phrase)
         except httpx.TimeoutException:
@@ -99,10 +102,13 @@ class PushTarget:
             return of_failure(f"POST {self.url} failed: {type(exc).__name__}: {exc}")
 
 
-def _read(resp: httpx.Response) -> tuple[bytes, bool]:
-    """Up to READ_LIMIT bytes of the answer, and whether that is all of it."""
+def _read(resp: httpx.Response, deadline: float) -> tuple[bytes, bool]:
+    """Up to READ_LIMIT bytes of the answer, and whether that is all of it; past
+    ``deadline`` (monotonic), a timeout."""
     data = bytearray()
     for chunk in resp.iter_bytes():
+        if time.monotonic() > deadline:
+            raise httpx.ReadTimeout("the answer took too long as a whole")
         data += chunk
         if len(data) > READ_LIMIT:
             return bytes(data[:READ_LIMIT]), False

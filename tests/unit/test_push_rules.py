@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import json
 import pathlib
+import socket
 import subprocess
 import sys
+import threading
 import time
 from email.utils import formatdate
+from typing import Any
 
 import pytest
 from standardwebhooks import Webhook
@@ -120,3 +123,38 @@ def test_a_secret_file_without_a_whsec_secret_is_refused(tmp_path):
                            "--secret-file", str(path)], capture_output=True, text=True,
                           env=ENV, cwd=tmp_path, timeout=30)
     assert proc.returncode == 2 and "no Standard Webhooks secret" in proc.stderr, proc.stderr
+
+
+def test_a_target_that_trickles_its_answer_is_cut_off_soon_after_the_timeout():
+    # httpx's timeout is per read: an answer that sends a byte now and then never trips it.
+    # The runner abandons such a request at --timeout, and it must end soon after: else it
+    # holds a pooled connection for as long as the target trickles, and with two of them
+    # every later job, to a target that answers at once, timed out waiting for the pool.
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n")
+            while not stop.wait(0.05):
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return  # the runner hung up: what the test wants
+
+    threading.Thread(target=trickle, daemon=True).start()
+    target = PushTarget(f"http://127.0.0.1:{server.getsockname()[1]}/", timeout=0.5)
+    got: list[Any] = []
+    delivery = threading.Thread(target=lambda: got.append(target.deliver(job())), daemon=True)
+    delivery.start()
+    delivery.join(3)  # the timeout, httpx's one more second (ABANDON_SECONDS), and room
+    stop.set()
+    delivery.join(5)
+    target.close()
+    server.close()
+    assert got, "the delivery was not over 3 s after a 0.5 s timeout"
+    verdict = got[0]
+    assert (verdict.completed, verdict.retry, verdict.error) == (False, True,
+                                                                 "timed out after 0.5 s")
