@@ -95,6 +95,48 @@ def test_a_bulk_retry_brings_the_chain_back_too(client, producer, worker, admin)
     assert _job(client, admin, child["id"])["status"] == "blocked"
 
 
+
+def test_a_retried_dependent_waits_again_for_its_unfinished_parents(client, producer, worker,
+                                                                     admin):
+    parent = enqueue(client, producer)
+    child = enqueue(client, producer, "pdf", depends_on=[parent["id"]])
+    assert client.post(f"/jobs/{child['id']}/cancel", headers=admin).status_code == 200
+    got = client.post(f"/jobs/{child['id']}/retry", headers=admin).json
+    # Its parent has not run: back to pending, it was claimed before it, parents unfinished.
+    assert (got["status"], got["cancelled_by_parent"]) == ("blocked", None)
+    assert [j["id"] for j in claim(client, worker, max_jobs=10).json["jobs"]] == [parent["id"]]
+    held = _job(client, admin, parent["id"])
+    client.post(f"/jobs/{parent['id']}/complete", json={"attempt": held["attempt"]},
+                headers=worker)
+    assert _job(client, admin, child["id"])["status"] == "pending"
+
+
+def test_a_bulk_retry_of_a_parent_and_its_dependent_runs_the_parent_first(client, producer,
+                                                                          worker, admin):
+    parent = enqueue(client, producer)
+    child = enqueue(client, producer, "pdf", depends_on=[parent["id"]])
+    client.post(f"/jobs/{parent['id']}/cancel", headers=producer)
+    assert _job(client, admin, child["id"])["cancelled_by_parent"] == parent["id"]
+    # Both cancelled, both picked in one batch: the child waits for its parent again.
+    assert client.post("/jobs/retry", json={"ids": [parent["id"], child["id"]]},
+                       headers=admin).json == {"count": 2}
+    got = _job(client, admin, child["id"])
+    assert (got["status"], got["cancelled_by_parent"]) == ("blocked", None)
+    _finish(client, worker, parent["id"])
+    _finish(client, worker, child["id"])
+
+
+def test_a_direct_retry_of_a_job_its_parent_cancelled_clears_the_mark(client, producer,
+                                                                      worker, admin):
+    parent = enqueue(client, producer)
+    child = enqueue(client, producer, "pdf", depends_on=[parent["id"]])
+    _finish(client, worker, parent["id"], ok=False)
+    got = client.post(f"/jobs/{child['id']}/retry", headers=admin).json
+    # The admin's retry runs it though its parent failed; it is no longer cancelled at all.
+    assert (got["status"], got["cancelled_by_parent"]) == ("pending", None)
+    assert _job(client, admin, child["id"])["cancelled_by_parent"] is None
+
+
 def test_parents_finished_at_enqueue_count_at_once(client, producer, worker):
     done = enqueue(client, producer)
     _finish(client, worker, done["id"])

@@ -52,7 +52,8 @@ class Bulk(Part):
                    batch: int = BULK_BATCH) -> int:
         """Failed or cancelled jobs back to pending with fresh retries; how many changed."""
         values = {"status": Status.PENDING.value, "retry_count": 0, "run_at": bindparam("now"),
-                  "lease_expires_at": None, "finished_at": None, "updated_at": bindparam("now")}
+                  "lease_expires_at": None, "finished_at": None, "cancelled_by_parent": None,
+                  "updated_at": bindparam("now")}
         detail = _filter_detail(ids, statuses if ids is None else None, type, priority)
         return self._bulk(Tally(actor, "jobs.retry", None, detail), statuses, values,
                           ids=ids, scope=ALL, type=type, priority=priority, batch=batch)
@@ -126,6 +127,8 @@ class Bulk(Part):
                     self.notifier.notify(conn)  # a bulk retry: one wake-up per batch
                     # Their dependents cancelled because of them wait for them again.
                     self._finishing.flows.restore(conn, now, found)
+                    # And those with a parent not finished (retried with them, say) wait.
+                    self._finishing.flows.rewait(conn, now, found)
             tally.add(conn, now, changed)
         return changed, len(found), max(found)
 

@@ -6,7 +6,8 @@ finish, ``release`` runs in the transaction that finished them (``Finishing.sett
 dependent whose parent completed (or any parent, under ``on_parent_failure: run``) counts
 it, and becomes ``pending`` at its last; under ``cancel``, a parent that failed or was
 cancelled cancels it (``cancelled_by_parent``), and so on down its own dependents. An
-admin's retry of a parent ``restore``s the dependents its failure cancelled.
+admin's retry of a parent ``restore``s the dependents its failure cancelled; a retried job
+whose parents have not all finished waits for them again (``rewait``).
 
 On PostgreSQL the parents' rows are locked by the enqueue that marks them, and a finish
 updates them first, so a parent's finish and a new dependent's link never miss each other:
@@ -51,6 +52,13 @@ HOW = select(jobs.c.id, jobs.c.on_parent_failure).where(
     jobs.c.id.in_(b("ids", expanding=True)), _BLOCKED)
 PARENTS = select(jobs.c.id, jobs.c.type, jobs.c.status, jobs.c.result).where(
     jobs.c.id.in_(b("ids", expanding=True)))
+# A retried job's parents, locked (PostgreSQL) as an enqueue's are: a parent finishing at
+# once either sees the job blocked, or is seen finished here.
+LOCK_PARENTS = (update(jobs).where(jobs.c.id.in_(b("ids", expanding=True)))
+                .values(has_dependents=True).returning(jobs.c.id, jobs.c.status))
+RETRIED_WITH_PARENTS = select(jobs.c.id, jobs.c.depends_on).where(
+    jobs.c.id.in_(b("ids", expanding=True)), jobs.c.status == Status.PENDING.value,
+    jobs.c.depends_on.is_not(None))
 CANCELLED_BY = select(jobs.c.id, jobs.c.depends_on, jobs.c.on_parent_failure).where(
     jobs.c.cancelled_by_parent.in_(b("ids", expanding=True)),
     jobs.c.status == Status.CANCELLED.value)
@@ -149,6 +157,20 @@ class Flows(Part):
                     changed += 1
                     frontier.append(child.id)
         return changed
+
+    def rewait(self, conn: Connection, now: int, ids: Sequence[int]) -> None:
+        """After an admin's retry of ``ids`` (now pending): those whose parents have not all
+        finished are ``blocked`` again, waiting for them (a parent that ended badly counts
+        as finished: the admin asked for the job to run)."""
+        for job_id, depends_on in conn.execute(RETRIED_WITH_PARENTS, {"ids": list(ids)}).all():
+            order = jsontext.loads(depends_on)
+            if not order:
+                continue
+            found = conn.execute(LOCK_PARENTS, {"ids": list(dict.fromkeys(order))}).all()
+            waiting = sum(1 for r in found if r.status not in _FINISHED)
+            if waiting:
+                conn.execute(update(jobs).where(jobs.c.id == job_id).values(
+                    status=Status.BLOCKED.value, waiting_for=waiting, updated_at=now))
 
     def _parents(self, conn: Connection, depends_on: str | None) -> list[Any]:
         """A dependent's parents' rows (id, type, status, result), in ``depends_on`` order."""

@@ -194,7 +194,8 @@ class Jobs(Finishing):
                 jobs.c.id == job_id,
                 jobs.c.status.in_([Status.FAILED.value, Status.CANCELLED.value]))
                 .values(status=Status.PENDING.value, retry_count=0, run_at=now,
-                        lease_expires_at=None, finished_at=None, updated_at=now)
+                        lease_expires_at=None, finished_at=None, cancelled_by_parent=None,
+                        updated_at=now)
                 .returning(*jobs.c)).first()
             if row is None:
                 get_row(conn, job_id, ALL)
@@ -203,6 +204,9 @@ class Jobs(Finishing):
                 record(conn, now, actor, "job.retry", str(job_id))
             self.notifier.notify(conn)
             self.flows.restore(conn, now, [job_id])  # its failure's cancelled dependents
+            if row.depends_on is not None:  # a parent not finished yet: it waits again
+                self.flows.rewait(conn, now, [job_id])
+                row = get_row(conn, job_id, ALL)
             return Job.from_row(row)
 
 
