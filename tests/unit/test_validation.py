@@ -111,6 +111,28 @@ def test_422_carries_an_errors_list(client, producer):
 
 
 @SQLITE_ONLY
+def test_a_bound_is_written_as_the_number_it_is(client, producer, worker):
+    got = problem(client.post("/jobs/1/complete", json={"attempt": 2**40}, headers=worker), 422)
+    assert got["errors"] == [{"field": "attempt", "detail": "Must be between 1 and 2147483647."}]
+    got = problem(client.post("/jobs", json={"type": "email", "delay_seconds": -1},
+                              headers=producer), 422)
+    assert got["errors"][0]["detail"].startswith("Must be ")
+    assert "e+" not in got["errors"][0]["detail"]
+
+
+@SQLITE_ONLY
+def test_a_parent_in_neither_form_is_explained_by_the_form_its_type_is(client, producer):
+    def errors(parent):
+        return problem(client.post("/jobs/batch", json={"jobs": [
+            {"type": "email"}, {"type": "email", "depends_on": [parent]}]},
+            headers=producer), 422)["errors"]
+    assert errors({"item": -1}) == [{"field": "jobs[1].depends_on[0].item",
+                                     "detail": "Must be between 0 and 100000."}]
+    assert errors("7") == [{"field": "jobs[1].depends_on[0]",
+                            "detail": "Must be an integer or a JSON object."}]
+
+
+@SQLITE_ONLY
 def test_huge_numbers_are_422_not_500(client, producer, worker):
     for value in (10**400, -(10**30), 1e308):
         problem(client.post("/jobs", json={"type": "email", "max_retries": value},

@@ -169,12 +169,25 @@ def _explain(error: Any) -> Iterator[Found]:
     elif keyword == "not":
         together = list(value.get("required", ()))
         yield path_of(path, together[-1]), 6, f"Give {' or '.join(together)}, not both."
+    elif keyword == "anyOf":
+        yield from _explain_any_of(error, path)
     elif keyword == "minProperties":
         names = list(schema.get("properties", {}))
         yield path_of(path, names[0]), 6, f"Give {' or '.join(names)}."
     else:
         yield path, RANK.get(keyword, 6), _detail(keyword, value, schema, instance, error)
 
+
+def _explain_any_of(error: Any, path: str) -> Iterator[Found]:
+    """A value that none of its forms took: the errors of the form its type is (a parent
+    ``{"item": -1}``: its ``item``'s range), else the types it may be."""
+    fitting = [sub for sub in error.context if sub.validator != "type"]
+    for sub in fitting:
+        yield from _explain(sub)
+    if not fitting:
+        names = [TYPE_DETAIL[alt["type"]][8:-1] for alt in error.validator_value
+                 if alt.get("type") in TYPE_DETAIL]
+        yield path, 6, f"Must be {' or '.join(names)}."
 
 def _detail(keyword: str, value: Any, schema: JSON, instance: Any, error: Any) -> str:
     """The wording of an error about the value itself."""
@@ -185,8 +198,9 @@ def _detail(keyword: str, value: Any, schema: JSON, instance: Any, error: Any) -
         return f"Must be one of {', '.join(str(o) for o in value if o is not None)}."
     if keyword in ("minimum", "maximum"):
         lo, hi = schema.get("minimum"), schema.get("maximum")
-        return (f"Must be at least {lo:g}." if hi is None else f"Must be at most {hi:g}."
-                if lo is None else f"Must be between {lo:g} and {hi:g}.")
+        return (f"Must be at least {_number(lo)}." if hi is None else
+                f"Must be at most {_number(hi)}." if lo is None else
+                f"Must be between {_number(lo)} and {_number(hi)}.")
     if keyword in ("minLength", "maxLength"):
         lo, hi = schema.get("minLength", 0), schema.get("maxLength")
         return f"Must be at least {lo} characters." if hi is None else \
@@ -214,3 +228,9 @@ def holds(value: Any, marker: Any) -> bool:
         elif isinstance(node, list):
             stack.extend(node)
     return False
+
+
+def _number(bound: float) -> str:
+    """A schema's bound as written: every digit of a whole number (``:g`` made 2147483647
+    read 2.14748e+09), a fraction as short as it goes."""
+    return str(int(bound)) if float(bound).is_integer() else f"{bound:g}"
