@@ -70,6 +70,15 @@ def test_every_unknown_parameter_is_named(client, admin):
     assert [e["field"] for e in body["errors"]] == ["a", "b"]
 
 
+@pytest.mark.parametrize("path", ["/jobs?status=failed&status=pending", "/jobs/1?wait=0&wait=5",
+                                  "/audit?limit=5&limit=50"])
+def test_a_parameter_given_twice_is_a_422_naming_it(client, admin, producer, path):
+    enqueue(client, producer)
+    name = path.split("?")[1].split("=")[0]
+    body = problem(client.get(path, headers=admin), 422)
+    assert body["errors"] == [{"field": name, "detail": "Given more than once: give one value."}]
+
+
 @pytest.mark.parametrize("value", ["", "x" * 101])
 def test_a_bad_producer_or_worker_value_is_a_422(client, admin, value):
     for name in ("producer", "worker"):

@@ -203,11 +203,14 @@ def query(name: str, args: Mapping[str, str] | None = None,
             errors=[{"field": p[:100], "detail": "Unknown parameter."}
                     for p in strangers[:MAX_ERRORS]])
     data: dict[str, Any] = {}
+    found = FieldErrors() if errors is None else errors
     for param, schema in declared.schema["properties"].items():
         raw = source.get(param)
         if raw is not None:
             data[param] = _from_text(raw, schema)
-    found = FieldErrors() if errors is None else errors
+        # A second value would be dropped unsaid: which one the caller meant is unknown.
+        if raw is not None and len(getattr(source, "getlist", lambda _: ())(param)) > 1:
+            found.append({"field": param, "detail": "Given more than once: give one value."})
     declared.check(data, found)
     if errors is None:
         field_errors(found)
