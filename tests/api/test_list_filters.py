@@ -72,11 +72,12 @@ def test_every_unknown_parameter_is_named(client, admin):
 
 @pytest.mark.parametrize("path", ["/jobs?status=failed&status=pending", "/jobs/1?wait=0&wait=5",
                                   "/audit?limit=5&limit=50"])
-def test_a_parameter_given_twice_is_a_422_naming_it(client, admin, producer, path):
+def test_a_parameter_given_twice_is_a_400_naming_it(client, admin, producer, path):
     enqueue(client, producer)
     name = path.split("?")[1].split("=")[0]
-    body = problem(client.get(path, headers=admin), 422)
-    assert body["errors"] == [{"field": name, "detail": "Given more than once: give one value."}]
+    body = problem(client.get(path, headers=admin), 400)
+    assert name in body["detail"]
+    assert body["errors"] == [{"field": name, "detail": "Given more than once."}]
 
 
 @pytest.mark.parametrize("value", ["", "x" * 101])

@@ -189,8 +189,8 @@ def query(name: str, args: Mapping[str, str] | None = None,
           errors: FieldErrors | None = None) -> dict[str, Any]:
     """The query string (``request.args`` unless given) checked against ``QUERIES[name]``.
 
-    A parameter the declaration lacks is a 400 naming it: a mistyped filter silently
-    ignored would answer as if every job matched it. An ``integer`` is read from ASCII
+    A parameter the declaration lacks, or one given twice, is a 400 naming it: a mistyped
+    filter silently ignored would answer as if every job matched it. An ``integer`` is read from ASCII
     digits (anything else stays a string, so the error says "Must be an integer.").
     """
     declared = _declared(current_app)[name]
@@ -202,15 +202,19 @@ def query(name: str, args: Mapping[str, str] | None = None,
             f"{', '.join(strangers)[:200]}. This endpoint takes {', '.join(params(name))}.",
             errors=[{"field": p[:100], "detail": "Unknown parameter."}
                     for p in strangers[:MAX_ERRORS]])
+    # A second value would be dropped unsaid: which one the caller meant is unknown.
+    twice = [p for p in params(name) if len(getattr(source, "getlist", lambda _: ())(p)) > 1]
+    if twice:
+        raise MalformedRequest(
+            f"Query parameter{'s' if len(twice) > 1 else ''} given more than once: "
+            f"{', '.join(twice)}. Give each one value.",
+            errors=[{"field": p, "detail": "Given more than once."} for p in twice])
     data: dict[str, Any] = {}
     found = FieldErrors() if errors is None else errors
     for param, schema in declared.schema["properties"].items():
         raw = source.get(param)
         if raw is not None:
             data[param] = _from_text(raw, schema)
-        # A second value would be dropped unsaid: which one the caller meant is unknown.
-        if raw is not None and len(getattr(source, "getlist", lambda _: ())(param)) > 1:
-            found.append({"field": param, "detail": "Given more than once: give one value."})
     declared.check(data, found)
     if errors is None:
         field_errors(found)
