@@ -69,7 +69,7 @@ def _job_paths(list_params: list[JSON], waiting: JSON) -> JSON:
                                       "The job; with `wait`, once it has finished or the "
                                       "wait ran out (`Retry-After: 1` when no long-poll "
                                       "slot was free to wait in)."))},
-                                 401, 403, 404, 422,
+                                 400, 401, 403, 404, 422,
                                  parameters=[JOB_ID, *query_params(waiting)])},
         "/jobs/batch": {"post": op("enqueueBatch", "Enqueue many jobs, all or nothing",
                                    producers, batch, *WRITE, 409, 422, rules=text.BATCH,

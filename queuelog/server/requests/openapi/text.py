@@ -12,7 +12,8 @@ JSON = dict[str, Any]
 
 ERRORS = {
     400: "Malformed JSON, JSON that is not strict RFC 8259, nested too deep, or not an object; "
-         "a query parameter the endpoint does not know (named in `errors`).",
+         "a query parameter the endpoint does not know, or one given twice (named in "
+         "`errors`).",
     401: "No or bad credentials.",
     403: "Authenticated, but this role or key may not do this.",
     404: "No such job, or not visible to the caller.",
