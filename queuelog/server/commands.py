@@ -17,7 +17,7 @@ from flask import Flask
 from flask.cli import AppGroup, ScriptInfo, run_command, with_appcontext
 
 from queuelog.model.jobs import FINISHED, Status, isoformat
-from queuelog.model.problems import Conflict
+from queuelog.model.problems import ConfigError, Conflict
 from queuelog.server import actions, retention
 from queuelog.server.access_commands import keys, users
 from queuelog.server.errors import is_unavailable, one_line
@@ -33,7 +33,6 @@ def parse_duration(text: str) -> int:
 
 def _create_app() -> Flask:
     from queuelog import create_app
-    from queuelog.model.problems import ConfigError
     try:
         return create_app(serving=False)
     except ConfigError as exc:  # one line that names the setting, not a traceback
@@ -112,7 +111,10 @@ def db_current() -> None:
 
 
 def _upgrade() -> None:
-    before, after = actions.upgrade_schema(actions.CLI)
+    try:
+        before, after = actions.upgrade_schema(actions.CLI)
+    except ConfigError as exc:  # a newer release's schema: one line, not a traceback
+        raise click.ClickException(str(exc)) from None
     if before == after:
         click.echo(f"The database is ready: already at {after} (the newest revision).")
     else:

@@ -26,6 +26,7 @@ from sqlalchemy.engine import make_url
 from conftest import BACKENDS
 from helpers import minute_rows, sent_statements
 from queuelog import create_app
+from queuelog.model.problems import ConfigError
 from queuelog.model.jobs import Status
 from queuelog.server.store.tables import job_counts, metadata, paused_types, type_limits
 from queuelog.server import migrations
@@ -413,3 +414,28 @@ def test_0015_fills_the_rollup_from_the_two_hours_before_the_newest_end(fresh_ur
         assert minute_rows(store) == {**recent, (minute, "email", "w1"): (2, 0)}
     finally:
         store.close()
+
+
+def test_a_database_a_newer_release_upgraded_is_refused_in_one_line(fresh_url, tmp_path):
+    """A revision this release does not know (a newer queuelog's): every start and command
+    says so in one line, exit 1, and changes nothing; Alembic's CommandError was a
+    traceback from each of them."""
+    store = Store(fresh_url)
+    store.create_schema()
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
+    store.close()
+    with pytest.raises(ConfigError, match="revision 9999, which this release"):
+        create_app({"TESTING": True, "DATABASE_URL": fresh_url, "SECRET_KEY": "x",
+                    "BOOTSTRAP_ADMIN": False}, serving=False)
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": fresh_url, "QUEUELOG_SECRET_KEY": "x",
+           "QUEUELOG_BOOTSTRAP_ADMIN": "false", "PYTHONPATH": str(ROOT)}
+    for args in (["keys", "list"], ["init-db"], ["db", "upgrade"], ["purge", "--older-than", "1d"]):
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert "revision 9999, which this release of queuelog" in proc.stderr, args
+    looked = Store(fresh_url)
+    assert current(looked.engine) == "9999"  # nothing was changed
+    looked.close()

@@ -24,6 +24,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, inspect
 
+from queuelog.model.problems import ConfigError
 from queuelog.server.store import backends
 from queuelog.server.store.locks import MIGRATE_LOCK
 
@@ -65,6 +66,7 @@ def upgrade(engine: Engine) -> tuple[str | None, str]:
     before = current(engine)
     if before == head():
         return before, before  # the common start: one read, no lock taken
+    known(before)
     db = backends.of(engine)
     with db.begin_waiting(engine, UPGRADE_WAIT_SECONDS) as conn:  # SQLite: BEGIN IMMEDIATE, the write lock up front
         db.lock(conn, MIGRATE_LOCK)  # PostgreSQL: its DDL locks table by table
@@ -75,12 +77,23 @@ def _upgrade(conn: Connection) -> tuple[str | None, str]:
     """Inside the lock: read the revision again (another process may have upgraded)."""
     context = MigrationContext.configure(conn)
     before = context.get_current_revision()
+    known(before)
     if before is None and inspect(conn).has_table("jobs"):
         _complete_baseline(conn)
         context.stamp(scripts(), BASELINE)
     if context.get_current_revision() != head():
         command.upgrade(alembic_config(conn), "head")
     return before, head()
+
+
+def known(revision: str | None) -> None:
+    """ConfigError unless ``revision`` is one of this release's (or None: no schema yet)."""
+    # A database a newer queuelog has upgraded: Alembic cannot place its revision and
+    # raised CommandError, a traceback from every command and every start.
+    if revision is not None and revision not in {s.revision for s in scripts().walk_revisions()}:
+        raise ConfigError(f"the database's schema is at revision {revision}, which this "
+                          f"release of queuelog (newest revision {head()}) does not know: "
+                          "it was upgraded by a newer release; run that release")
 
 
 def _complete_baseline(conn: Connection) -> None:
