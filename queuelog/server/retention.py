@@ -48,6 +48,10 @@ _DURATION = re.compile(r"^(\d{1,9})([a-z]*)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "min": 60, "h": 3600, "d": 86_400, "w": 604_800}
 # "1m" once meant one minute here, to the loss of whoever meant a month: refused, by name.
 _AMBIGUOUS = {"m", "mo", "mon", "month", "months"}
+# The longest duration taken: 999999999w is 19 million years, and its cutoff in microseconds
+# before now no longer fits a 64-bit integer (SQLite's OverflowError, PostgreSQL's "bigint out
+# of range": a traceback from purge). Ten thousand years keeps every cutoff well inside.
+MAX_DURATION_SECONDS = 10_000 * 365 * 86_400
 RULES = {"RETENTION_COMPLETED": Status.COMPLETED, "RETENTION_FAILED": Status.FAILED,
          "RETENTION_CANCELLED": Status.CANCELLED}
 # The retention settings (their defaults live in config.py, with every other default).
@@ -65,7 +69,7 @@ def parse_duration(value: str | int | float) -> int:
     if isinstance(value, (int, float)):
         if value < 0 or value != value or value == float("inf"):
             raise ValueError(f"{value!r} is not a duration")
-        return int(value)
+        return _at_most_max(value, int(value))
     match = _DURATION.match(str(value).strip())
     if match and match.group(2) in _AMBIGUOUS:
         n = match.group(1)
@@ -74,7 +78,14 @@ def parse_duration(value: str | int | float) -> int:
     if not match or match.group(2) not in _UNIT_SECONDS:
         raise ValueError(f"{value!r} is not a duration like 30s, 15min, 12h, 7d, 2w or 3600 "
                          f"(units: s, min, h, d, w)")
-    return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+    return _at_most_max(value, int(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+def _at_most_max(value: object, seconds: int) -> int:
+    """``seconds``, or ValueError when over ``MAX_DURATION_SECONDS``."""
+    if seconds > MAX_DURATION_SECONDS:
+        raise ValueError(f"{value!r} is longer than 10000 years, the longest duration taken")
+    return seconds
 
 
 class Retention:

@@ -132,6 +132,28 @@ def test_purge_deletes_old_finished_jobs(runner, client, producer, worker, admin
     assert bad.exit_code != 0
 
 
+def test_purge_refuses_a_duration_past_ten_thousand_years_as_a_usage_error(
+        runner, client, producer, worker, admin, store):
+    """``--older-than 999999999w`` (19 million years) passed the parser, and its cutoff in
+    microseconds overflowed the database's integer: a traceback (SQLite's OverflowError,
+    PostgreSQL's bigint out of range). Now a usage error, exit 2, nothing purged; the
+    longest duration taken still runs."""
+    done = client.post("/jobs", json={"type": "email"}, headers=producer).json
+    client.post("/jobs/claim", json={"types": ["email"]}, headers=worker)
+    client.post(f"/jobs/{done['id']}/complete", json={"attempt": 1}, headers=worker)
+    events = len(store.audit_events(limit=50)[0])
+    for args in (["--older-than", "999999999w"], ["--older-than", "999999999d", "--dry-run"],
+                 ["--audit-older-than", "999999999w"], ["--older-than", "521550w"]):
+        result = runner.invoke(args=["purge", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert "longer than 10000 years" in result.output, args
+    assert len(store.audit_events(limit=50)[0]) == events  # nothing was done
+    for args in (["--older-than", "521000w"], ["--audit-older-than", "521000w"]):
+        result = runner.invoke(args=["purge", *args])
+        assert result.exit_code == 0, (args, result.output)
+    assert client.get(f"/jobs/{done['id']}", headers=admin).status_code == 200
+
+
 def test_the_console_script_creates_a_working_key(tmp_path):
     db = f"sqlite:///{tmp_path}/cli.sqlite3"
     env = {**os.environ, "QUEUELOG_DATABASE_URL": db, "QUEUELOG_SECRET_KEY": "cli-test"}
