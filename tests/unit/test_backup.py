@@ -127,6 +127,22 @@ def test_backup_replaces_an_older_backup_and_refuses_the_live_file(app, store, t
     assert rows(live, "SELECT count(*) FROM jobs") == [(2,)]
 
 
+@SQLITE_ONLY
+def test_backup_to_a_destination_that_cannot_be_written_is_refused_in_one_line(
+        app, store, tmp_path):
+    """A name longer than the file system takes (os.replace's OSError), or a folder no file
+    can be made in (/proc: mkstemp's): one ``Error:`` line, exit 1, no temporary file
+    left; they were tracebacks."""
+    enqueue(store, 1)
+    for destination, said in ((tmp_path / ("x" * 300 + ".sqlite3"), "File name too long"),
+                              ("/proc/queuelog-backup.sqlite3", "No such file")):
+        refused = backup(app, str(destination))
+        assert refused.exit_code == 1, refused.output
+        assert refused.output.startswith("Error: Cannot write the backup to "), refused.output
+        assert said in refused.output and len(refused.output.strip().splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".queuelog")] == []
+
+
 def snapshot(path: str) -> bytes | None:
     """A file's bytes, or None when it does not exist."""
     return open(path, "rb").read() if os.path.exists(path) else None

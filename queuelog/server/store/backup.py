@@ -68,7 +68,10 @@ def backup_sqlite(engine: Engine, destination: str) -> BackupResult:
     # A temporary file beside the destination, renamed over it at the end: a backup that
     # fails half-way never replaces the last good one. 0600 from the start: the copy holds
     # the same password hashes, token hashes, payloads and error text as the database.
-    fd, tmp = tempfile.mkstemp(prefix=".queuelog-backup-", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".queuelog-backup-", suffix=".tmp", dir=folder)
+    except OSError as exc:  # a folder that cannot be written (permissions, read-only, /proc)
+        raise _cannot_write(destination, exc) from None
     os.close(fd)
     os.chmod(tmp, 0o600)
     try:
@@ -84,9 +87,18 @@ def backup_sqlite(engine: Engine, destination: str) -> BackupResult:
             raw.close()
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, destination)
+        try:
+            os.replace(tmp, destination)
+        except OSError as exc:  # a name too long, a file in the way that cannot be replaced
+            raise _cannot_write(destination, exc) from None
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
         raise
     return BackupResult(destination, os.path.getsize(destination), jobs)
+
+
+def _cannot_write(destination: str, exc: OSError) -> BackupRefused:
+    """The refusal for a destination the operating system would not let us write."""
+    return BackupRefused(f"Cannot write the backup to {destination}: "
+                         f"{exc.strerror or exc}.")
