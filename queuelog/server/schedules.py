@@ -111,7 +111,7 @@ class Ticker:
         if name in self._catch_up:
             # First look in this process: the newest tick before it, unless one was made.
             newest = cron.latest_at_or_before(now)
-            made = self.store.last_ticks().get(name)
+            made = self.store.last_ticks(handled=True).get(name)  # a pause's skip counts
             self._catch_up.discard(name)
             if made is None or newest > made:
                 seen = min(seen, newest - 1)

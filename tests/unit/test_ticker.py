@@ -161,6 +161,31 @@ def test_catch_up_makes_the_most_recent_missed_tick_once(app, second_app, store,
     assert scheduled(store, "nightly") == [isoformat(us(2026, 5, 4, 1))]
 
 
+def test_a_catch_up_tick_that_fell_in_a_pause_is_not_made_by_a_server_starting_later(
+        app, second_app, store, clock):
+    """catch_up makes up a tick missed while no server ran, not one a pause skipped: a
+    server (or a gunicorn worker) starting after the resume made the paused night's job,
+    hours late, as if no server had been running."""
+    clock.now = us(2026, 5, 3, 9)
+    ticker(app, "nightly").tick_once()                  # the night of May 3rd: made
+    running = ticker(app, "nightly")
+    running.tick_once()
+    store.set_schedule_paused("nightly", True, "ann")
+    clock.now = us(2026, 5, 4, 0, 59, 59)
+    running.tick_once()
+    clock.now = us(2026, 5, 4, 1, 0, 1)                 # 03:00 Berlin: in the pause
+    assert running.tick_once() == []
+    clock.now = us(2026, 5, 4, 8)
+    store.set_schedule_paused("nightly", False, "ann")
+    running.tick_once()
+    clock.now = us(2026, 5, 4, 9)
+    assert ticker(second_app, "nightly").tick_once() == []
+    assert scheduled(store, "nightly") == [isoformat(us(2026, 5, 3, 1))]
+    assert store.last_ticks() == {"nightly": us(2026, 5, 3, 1)}  # the metric: a job's tick
+    clock.now = us(2026, 5, 5, 1, 0, 1)                 # the next night is made as ever
+    assert [j.scheduled_for for j in running.tick_once()] == [us(2026, 5, 5, 1)]
+
+
 def test_a_late_look_makes_recent_ticks_but_not_a_burst(app, store, clock):
     t = ticker(app, "tick")
     clock.now = us(2026, 5, 1, 12)

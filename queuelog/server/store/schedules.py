@@ -33,8 +33,12 @@ _IS_PAUSED = select(paused_schedules.c.schedule).where(
     paused_schedules.c.schedule == bindparam("s"))
 _LAST_JOB = (select(jobs.c.id, jobs.c.status, jobs.c.scheduled_for)
              .where(jobs.c.schedule == bindparam("s")).order_by(jobs.c.id.desc()).limit(1))
-_LAST_TICKS = (select(schedule_ticks.c.schedule, func.max(schedule_ticks.c.tick))
-               .group_by(schedule_ticks.c.schedule))
+# A tick that fell in a pause keeps a row with this job id (ids start at 1): the tick was
+# handled while a server ran, so a server starting later does not catch it up.
+SKIPPED = 0
+_HANDLED_TICKS = (select(schedule_ticks.c.schedule, func.max(schedule_ticks.c.tick))
+                  .group_by(schedule_ticks.c.schedule))
+_LAST_TICKS = _HANDLED_TICKS.where(schedule_ticks.c.job_id != SKIPPED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +64,9 @@ class Schedules(Part):
         try:
             with self._write.begin() as conn:
                 if conn.execute(_IS_PAUSED, {"s": name}).first() is not None:
+                    # Its row, with no job: catch_up must not make it at a later start.
+                    conn.execute(_INSERT_TICK, {"schedule": name, "tick": tick,
+                                                "job_id": SKIPPED})
                     return None
                 # First, so a loser fails before it writes a job (and PostgreSQL's loser
                 # waits here for the winner's commit, then fails).
@@ -109,10 +116,11 @@ class Schedules(Part):
                 continue  # another admin paused it at the same instant; look again
         raise Conflict(f"Could not change schedule {name!r}: it kept changing; try again.")
 
-    def last_ticks(self) -> dict[str, int]:
-        """Each schedule's newest tick that made a job."""
+    def last_ticks(self, *, handled: bool = False) -> dict[str, int]:
+        """Each schedule's newest tick that made a job; ``handled``: or that a pause skipped."""
         with self._read.connect() as conn:
-            return {s: int(t) for s, t in conn.execute(_LAST_TICKS).all()}
+            query = _HANDLED_TICKS if handled else _LAST_TICKS
+            return {s: int(t) for s, t in conn.execute(query).all()}
 
     def schedule_states(self, names: Sequence[str]) -> list[ScheduleState]:
         """The database's view of each of ``names``, in that order."""
