@@ -8,7 +8,7 @@ from typing import Any
 
 from flask import Flask, current_app
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, OperationalError
 
 from queuelog.model.limits import from_options
 from queuelog.model.problems import ConfigError
@@ -73,6 +73,12 @@ def _reach(app: Flask, store: Store, url: str, wait_seconds: float) -> None:
                                "again in %.1f s", _shown(url), answer.partition("\n")[0], pause)
             time.sleep(pause)
             pause = min(2 * pause, 2.0)
+        except DatabaseError as exc:
+            # An answer, but no use: a file that is not SQLite ("file is not a database"),
+            # a PostgreSQL role without the rights the schema needs. Waiting would not help.
+            store.close()
+            answer = str(exc.orig).strip().partition("\n")[0]
+            raise ConfigError(f"DATABASE_URL {_shown(url)} cannot be used: {answer}") from exc
 
 
 def _shown(url: Any) -> str:

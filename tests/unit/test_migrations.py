@@ -439,3 +439,39 @@ def test_a_database_a_newer_release_upgraded_is_refused_in_one_line(fresh_url, t
     looked = Store(fresh_url)
     assert current(looked.engine) == "9999"  # nothing was changed
     looked.close()
+
+
+def test_a_database_another_application_made_is_refused_in_one_line(fresh_url, tmp_path):
+    """A ``jobs`` table of another application's: the start stops with one line naming
+    DATABASE_URL, exit 1; PostgreSQL's ProgrammingError (column "status" does not exist)
+    was a traceback from every command and start."""
+    engine = create_engine(fresh_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE jobs (x INTEGER)")
+    engine.dispose()
+    with pytest.raises(ConfigError, match="DATABASE_URL"):
+        create_app({"TESTING": True, "DATABASE_URL": fresh_url, "SECRET_KEY": "x",
+                    "BOOTSTRAP_ADMIN": False}, serving=False)
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": fresh_url, "QUEUELOG_SECRET_KEY": "x",
+           "QUEUELOG_BOOTSTRAP_ADMIN": "false", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-m", "queuelog", "keys", "list"], env=env,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.startswith("Error: configuration: DATABASE_URL "), proc.stderr
+
+
+def test_a_file_that_is_no_sqlite_database_is_refused_in_one_line(tmp_path):
+    """DATABASE_URL naming a file that is not SQLite (a dump, a text file): one line, exit
+    1, the file untouched; sqlite3's DatabaseError ("file is not a database") was a
+    traceback."""
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"not a database, but some notes\n" * 100)
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": f"sqlite:///{path}",
+           "QUEUELOG_SECRET_KEY": "x", "QUEUELOG_BOOTSTRAP_ADMIN": "false",
+           "PYTHONPATH": str(ROOT)}
+    for args in (["keys", "list"], ["db", "current"], ["init-db"]):
+        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env,
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert "cannot be used: file is not a database" in proc.stderr, (args, proc.stderr)
+    assert path.read_bytes() == b"not a database, but some notes\n" * 100
