@@ -204,3 +204,19 @@ def test_tick_rows_are_pruned_behind_the_newest(app, store):
         rows = conn.exec_driver_sql("SELECT tick FROM schedule_ticks ORDER BY tick").all()
     assert [r[0] for r in rows] == [us(2026, 5, 1, 12)]
     assert store.last_ticks() == {"tick": us(2026, 5, 1, 12)}
+
+
+def test_tick_rows_a_pause_skipped_are_pruned_too(app, store):
+    """A skipped tick keeps a row (catch_up must not make it later), pruned behind the
+    newest as a made one is: a paused every-second schedule does not grow the table."""
+    new = from_config(app.config)["tick"].new_job()
+    assert store.make_tick("tick", us(2026, 5, 1, 10), new) is not None
+    store.set_schedule_paused("tick", True, "ann")
+    for tick in (us(2026, 5, 1, 10, 30), us(2026, 5, 1, 12)):
+        assert store.make_tick("tick", tick, new) is None
+    with store.engine.connect() as conn:
+        rows = conn.exec_driver_sql("SELECT tick FROM schedule_ticks ORDER BY tick").all()
+    # The newest made tick stays (last_run_at and the metric read it), older skips go.
+    assert [r[0] for r in rows] == [us(2026, 5, 1, 10), us(2026, 5, 1, 12)]
+    assert store.last_ticks(handled=True) == {"tick": us(2026, 5, 1, 12)}
+    assert store.last_ticks() == {"tick": us(2026, 5, 1, 10)}

@@ -20,6 +20,9 @@ from queuelog.server.store.part import Part
 from queuelog.server.store.tables import jobs, paused_schedules, schedule_ticks
 
 KEEP_TICKS_US = 3_600_000_000  # tick rows kept behind a schedule's newest: an hour's worth
+# A tick that fell in a pause keeps a row with this job id (ids start at 1): the tick was
+# handled while a server ran, so a server starting later does not catch it up.
+SKIPPED = 0
 PAUSE_TRIES = 3
 
 _INSERT_JOB = insert(jobs).returning(*jobs.c)
@@ -29,13 +32,11 @@ _SET_TICK_JOB = (update(schedule_ticks).where(schedule_ticks.c.schedule == bindp
                  .values(job_id=bindparam("jid")))
 _PRUNE = delete(schedule_ticks).where(schedule_ticks.c.schedule == bindparam("s"),
                                       schedule_ticks.c.tick < bindparam("before"))
+_PRUNE_SKIPPED = _PRUNE.where(schedule_ticks.c.job_id == SKIPPED)
 _IS_PAUSED = select(paused_schedules.c.schedule).where(
     paused_schedules.c.schedule == bindparam("s"))
 _LAST_JOB = (select(jobs.c.id, jobs.c.status, jobs.c.scheduled_for)
              .where(jobs.c.schedule == bindparam("s")).order_by(jobs.c.id.desc()).limit(1))
-# A tick that fell in a pause keeps a row with this job id (ids start at 1): the tick was
-# handled while a server ran, so a server starting later does not catch it up.
-SKIPPED = 0
 _HANDLED_TICKS = (select(schedule_ticks.c.schedule, func.max(schedule_ticks.c.tick))
                   .group_by(schedule_ticks.c.schedule))
 _LAST_TICKS = _HANDLED_TICKS.where(schedule_ticks.c.job_id != SKIPPED)
@@ -65,8 +66,11 @@ class Schedules(Part):
             with self._write.begin() as conn:
                 if conn.execute(_IS_PAUSED, {"s": name}).first() is not None:
                     # Its row, with no job: catch_up must not make it at a later start.
+                    # Older skipped rows go, so a long pause keeps an hour of them; the
+                    # newest made tick stays (last_run_at, the last-run metric).
                     conn.execute(_INSERT_TICK, {"schedule": name, "tick": tick,
                                                 "job_id": SKIPPED})
+                    conn.execute(_PRUNE_SKIPPED, {"s": name, "before": tick - KEEP_TICKS_US})
                     return None
                 # First, so a loser fails before it writes a job (and PostgreSQL's loser
                 # waits here for the winner's commit, then fails).
