@@ -188,6 +188,11 @@ def check(config: Any) -> None:
                 whole, lo, hi = limits[option]
                 require_number(f"JOB_TYPES[{name!r}][{option!r}]", value, lo, hi, whole=whole)
         type_limits(name, opts)
+    # QUEUELOG_BOOTSTRAP_ADMIN=no is the string "no", which is true: the admin it refused
+    # was made and its password printed. Only JSON's true and false (or 1 and 0) say which.
+    if config["BOOTSTRAP_ADMIN"] not in (True, False):
+        raise ConfigError("BOOTSTRAP_ADMIN must be true or false, not "
+                          f"{config['BOOTSTRAP_ADMIN']!r}")
     # A zero or negative backoff would retry at once, in lockstep: the contract forbids both.
     base, cap = config["RETRY_BACKOFF_SECONDS"], config["RETRY_BACKOFF_MAX_SECONDS"]
     if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (base, cap)) \

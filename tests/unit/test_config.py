@@ -58,6 +58,9 @@ def test_good_per_type_options_are_used(tmp_path):
     ("SQLITE_SYNCHRONOUS", "fast", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
     ("SQLITE_SYNCHRONOUS", "1", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
     ("SQLITE_SYNCHRONOUS", "null", "configuration: SQLITE_SYNCHRONOUS must be OFF, NORMAL"),
+    # "no" is a string, and true: the first admin its operator refused was made.
+    ("BOOTSTRAP_ADMIN", "no", "configuration: BOOTSTRAP_ADMIN must be true or false, not 'no'"),
+    ("BOOTSTRAP_ADMIN", "off", "configuration: BOOTSTRAP_ADMIN must be true or false"),
     ("DATABASE_URL", "not a url", "not an SQLAlchemy URL"),
     ("DATABASE_URL", "postgres://ops:hunter2@db/q", "write postgresql+psycopg://"),
     ("DATABASE_URL", "mysql://ops:hunter2@db/q", "runs on sqlite or postgresql"),
