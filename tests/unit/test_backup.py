@@ -143,6 +143,21 @@ def test_backup_to_a_destination_that_cannot_be_written_is_refused_in_one_line(
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".queuelog")] == []
 
 
+@SQLITE_ONLY
+def test_backup_refuses_a_destination_that_is_no_regular_file(app, store, tmp_path):
+    """A FIFO (or a device: ``queuelog backup /dev/null`` as root) was replaced by the
+    backup file, the rename taking its name; now refused in one line, left as it was."""
+    enqueue(store, 1)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    refused = backup(app, str(fifo))
+    assert refused.exit_code == 1, refused.output
+    assert "is not a regular file" in refused.output
+    assert len(refused.output.strip().splitlines()) == 1, refused.output
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".queuelog")] == []
+
+
 def snapshot(path: str) -> bytes | None:
     """A file's bytes, or None when it does not exist."""
     return open(path, "rb").read() if os.path.exists(path) else None

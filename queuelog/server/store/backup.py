@@ -61,6 +61,11 @@ def backup_sqlite(engine: Engine, destination: str) -> BackupResult:
     destination = os.path.abspath(destination)
     if os.path.isdir(destination):
         raise BackupRefused(f"{destination} is a directory; give the backup file's path.")
+    if os.path.exists(destination) and not os.path.isfile(destination):
+        # A device or a FIFO: the rename below would replace it with the backup (as root,
+        # `queuelog backup /dev/null` left a 0600 regular file where /dev/null had been).
+        raise BackupRefused(f"{destination} is not a regular file (a device, a FIFO?); "
+                            "give the backup file's path.")
     _refuse_live_files(source, destination, db.companions)
     folder = os.path.dirname(destination)
     if not os.path.isdir(folder):
