@@ -741,6 +741,16 @@ def test_search_finds_a_job_by_id(client: Any, seeded: dict[str, int],
     assert client.get("/ui/?q=" + "9" * 30, headers=viewer).status_code == 200
 
 
+@pytest.mark.parametrize("q", ["%C2%B2", "%E2%91%A0", "%23%C2%B9"])  # ², ①, #¹
+def test_a_search_of_digits_int_refuses_finds_nothing(client: Any, seeded: dict[str, int],
+                                                       viewer: dict[str, str],
+                                                       admin_user: dict[str, str], q: str) -> None:
+    # str.isdigit() holds for superscripts and circled digits, which int() refuses.
+    for who in (viewer, admin_user):
+        page = client.get(f"/ui/?q={q}", headers=who)
+        assert page.status_code == 200 and listed(page.text) == []
+
+
 def test_search_by_idempotency_key_is_for_admins(client: Any, store: Store,
                                                  viewer: dict[str, str],
                                                  admin_user: dict[str, str]) -> None:

@@ -159,7 +159,8 @@ def dashboard_jobs(who: Principal, *, q: str | None = None, **filters: Any) -> P
     if q is not None:
         digits = q.lstrip("#")
         # 0 matches no job (ids start at 1); a number past BIGINT would be a database error.
-        match_id = int(digits) if digits.isdigit() and int(digits) < 2 ** 63 else 0
+        # isdecimal, not isdigit: "²" and "①" are digits that int() refuses.
+        match_id = int(digits) if digits.isdecimal() and int(digits) < 2 ** 63 else 0
         match_key = q if who.is_admin else None
     page = get_store().list_jobs(scope=scope_of(who), match_id=match_id, match_key=match_key,
                                  **filters)
