@@ -109,3 +109,17 @@ def test_admins_change_limits_from_the_types_page(client: Any, make_user: Any) -
     client.post(url, data={"csrf_token": token, "reset": "1"}, headers=admin)
     assert pdf(client, admin)["concurrency"] == 2
     assert "at most 2 at once" in client.get("/ui/types", headers=admin).get_data(as_text=True)
+
+
+@pytest.mark.parametrize("field", ["concurrency", "burst"])
+def test_a_limit_typed_as_a_superscript_digit_is_a_422_page(client: Any, make_user: Any,
+                                                          field: str) -> None:
+    # "²" and "①" pass str.isdigit() but not int(): refused like any other non-number.
+    admin = make_user("ada", "admin")
+    page = client.get("/ui/types", headers=admin).get_data(as_text=True)
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)  # type: ignore
+    for text in ("²", "①"):
+        resp = client.post("/ui/types/pdf/limits", data={"csrf_token": token, field: text},
+                           headers=admin)
+        assert resp.status_code == 422 and resp.mimetype == "text/html", text
+    assert pdf(client, admin)["concurrency"] == 2  # unchanged

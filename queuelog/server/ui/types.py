@@ -75,6 +75,7 @@ def _limit_fields() -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("concurrency", "rate", "burst"):
         text = request.form.get(name, "").strip()
-        out[name] = None if not text else int(text) if text.isdigit() and name != "rate" \
+        # isdecimal, not isdigit: "²" is a digit int() refuses; left text, it is a 422.
+        out[name] = None if not text else int(text) if text.isdecimal() and name != "rate" \
             else text
     return out
