@@ -223,6 +223,21 @@ def test_retry_needs_a_valid_csrf_token(client: Any, store: Store, seeded: dict[
     assert f"Job #{job} is pending again" in page and "flash-ok" in page
 
 
+def test_a_retry_that_leaves_the_job_blocked_says_so(client: Any, store: Store,
+                                                     admin_user: dict[str, str]) -> None:
+    # A job cancelled while its parent runs goes back to blocked, not pending (Workflows).
+    parent = add(store)
+    assert store.claim("mailer-1", lease_seconds=60).id == parent  # type: ignore[union-attr]
+    job = child(store, parent)
+    store.cancel(job)
+    token = csrf_token(client, job, admin_user)
+    resp = client.post(f"/ui/jobs/{job}/retry", data={"csrf_token": token}, headers=admin_user)
+    assert resp.status_code == 303 and store.get(job).status is Status.BLOCKED
+    page = client.get(f"/ui/jobs/{job}", headers=admin_user).text
+    assert "pending again" not in page
+    assert f"Job #{job} is blocked again" in page and "flash-ok" in page
+
+
 @pytest.mark.parametrize("state,button", [("pending", "Cancel job"), ("blocked", "Cancel job"),
                                           ("running", "Cancel running job")])
 def test_cancel_from_the_form(client: Any, store: Store, seeded: dict[str, int],

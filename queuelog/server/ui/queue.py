@@ -104,8 +104,13 @@ def _act(job_id: int, action: str) -> Any:
     check_form()
     try:
         if action == "retry":
-            actions.retry(current_user(), job_id)
-            flash(f"Job #{job_id} is pending again, with fresh retries.", "ok")
+            done = actions.retry(current_user(), job_id)
+            # A job whose parents have not all finished waits for them again (Workflows).
+            if done.status is Status.BLOCKED:
+                flash(f"Job #{job_id} is blocked again, with fresh retries: it runs once "
+                      f"its parents have finished.", "ok")
+            else:
+                flash(f"Job #{job_id} is pending again, with fresh retries.", "ok")
         elif action == "run":
             actions.run_now(current_user(), job_id)
             flash(f"Job #{job_id} is due now: the next claim takes it.", "ok")
