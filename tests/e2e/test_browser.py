@@ -601,6 +601,33 @@ def test_the_job_page_links_its_workflow_both_ways_on_screen(live: Live, browser
         context.close()
 
 
+def test_a_long_payload_scrolls_from_the_keyboard_and_passes_axe(live: Live,
+                                                                  browser: Any) -> None:
+    """A job made by a schedule, with a payload taller than its box: the box takes the
+    keyboard's focus (else it cannot be scrolled without a mouse), the schedule's link is
+    told apart from its text, and axe finds nothing on the page."""
+    script = axe_script()
+    if script is None:
+        pytest.skip(f"axe-core could not be fetched (offline?): cd tests/e2e && npm ci puts it in {AXE}")
+    payload = json.dumps({"rows": [{"n": n, "to": f"user{n}@example.com"} for n in range(80)]})
+    job = live.store.run_schedule("nightly-report", NewJob("schedule:nightly-report", "pdf",
+                                                           payload, 0, 3), ADMIN["username"])
+    context = browser.new_context(http_credentials=VIEWER, viewport=PHONE, bypass_csp=True)
+    try:
+        page = context.new_page()
+        page.goto(f"{live.base}/ui/jobs/{job.id}")
+        box = page.locator("pre.json").last
+        assert box.evaluate("p => p.scrollHeight > p.clientHeight")  # it does scroll
+        box.focus()
+        assert box.evaluate("p => document.activeElement === p")
+        page.keyboard.press("End")
+        assert box.evaluate("p => p.scrollTop > 0")
+        page.add_script_tag(path=str(script))
+        assert page.evaluate(AXE_RUN) == []
+    finally:
+        context.close()
+
+
 def test_types_pause_buttons_are_on_screen_at_phone_width(live: Live, browser: Any) -> None:
     """The buttons are on screen (the last line of each type's stacked row), not 700 px to
     the right in a box that scrolls."""
