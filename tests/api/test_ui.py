@@ -406,6 +406,21 @@ def test_paging_visits_every_job_exactly_once(client: Any, store: Store,
     assert emails == sorted(ids[::2], reverse=True)
 
 
+def test_a_cursor_past_either_end_shows_that_end_not_an_empty_page(
+        client: Any, store: Store, clock: Any, viewer: dict[str, str]) -> None:
+    # Paging a filtered list while its jobs leave it (retried, purged): the cursor the
+    # Newer or Older link carries passes every job still listed.
+    ids = sorted((add(store) for _ in range(PAGE_SIZE + 5)), reverse=True)
+    html = client.get(f"/ui/?after={ids[0]}", headers=viewer).text
+    assert listed(html) == ids[:PAGE_SIZE]
+    assert 'rel="next"' in html and 'rel="prev"' not in html
+    html = client.get(f"/ui/?before={ids[-1]}", headers=viewer).text
+    assert listed(html) == ids[-PAGE_SIZE:]
+    assert 'rel="prev"' in html and 'rel="next"' not in html
+    html = client.get(f"/ui/?status=failed&after={ids[-1]}", headers=viewer).text
+    assert listed(html) == [] and 'rel="next"' not in html and 'rel="prev"' not in html
+
+
 def test_payloads_results_errors_and_names_are_escaped(client: Any, store: Store,
                                                        admin_user: dict[str, str]) -> None:
     job = add(store, payload={"body": SCRIPT}, producer='<img src=x onerror="alert(1)">')
