@@ -907,8 +907,10 @@ def test_relative_time_format(seconds: int, text: str) -> None:
 def test_auto_refresh_on_every_page_but_confirmations(client: Any, store: Store,
                                                       seeded: dict[str, int],
                                                       admin_user: dict[str, str]) -> None:
-    for url in ("/ui/", f"/ui/jobs/{seeded['running']}", "/ui/types", "/ui/audit"):
-        assert 'id="autorefresh"' in client.get(url, headers=admin_user).text, url
+    for url in ("/ui/", f"/ui/jobs/{seeded['running']}", "/ui/types", "/ui/audit",
+                "/ui/schedules", "/ui/workers"):
+        # once: the header's box (an id twice is invalid, and the script finds the first)
+        assert client.get(url, headers=admin_user).text.count('id="autorefresh"') == 1, url
     page = client.get("/ui/bulk/retry?status=failed", headers=admin_user).text
     assert 'id="autorefresh"' not in page
 
