@@ -678,6 +678,14 @@ def test_retry_all_through_a_confirmation_page(client: Any, store: Store, clock:
                                                       headers=admin_user).text
 
 
+def test_the_confirmation_of_one_job_says_job_in_its_title_too(
+        client: Any, store: Store, admin_user: dict[str, str]) -> None:
+    add(store, "pdf")
+    run(store, "failed")
+    page = client.get("/ui/bulk/retry?status=failed", headers=admin_user).text
+    assert "<title>Retry 1 job? · queuelog</title>" in page and "<h1>Retry 1 job?</h1>" in page
+
+
 def test_cancel_all_pending_then_all_blocked(client: Any, store: Store,
                                             admin_user: dict[str, str]) -> None:
     held = add(store)
