@@ -628,6 +628,22 @@ def test_a_long_payload_scrolls_from_the_keyboard_and_passes_axe(live: Live,
         context.close()
 
 
+def test_long_names_and_values_wrap_at_phone_width(live: Live, browser: Any) -> None:
+    """A long type name (up to 100 characters, without spaces) in a job's heading and the
+    type filter, and a long unknown parameter quoted by the 400 page: none scrolls sideways."""
+    name = "billing.invoices.render_monthly_statement_pdf"
+    job, _ = live.store.enqueue(NewJob("reports", name, "{}", 0, 3))
+    context = browser.new_context(http_credentials=VIEWER, viewport=PHONE)
+    try:
+        page = context.new_page()
+        for path in (f"/ui/jobs/{job.id}", f"/ui/?type={name}", f"/ui/?{'x' * 150}=1"):
+            page.goto(live.base + path)
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= PHONE["width"], (path, width)
+    finally:
+        context.close()
+
+
 def test_types_pause_buttons_are_on_screen_at_phone_width(live: Live, browser: Any) -> None:
     """The buttons are on screen (the last line of each type's stacked row), not 700 px to
     the right in a box that scrolls."""
