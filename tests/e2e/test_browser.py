@@ -620,8 +620,8 @@ def test_a_long_payload_scrolls_from_the_keyboard_and_passes_axe(live: Live,
         assert box.evaluate("p => p.scrollHeight > p.clientHeight")  # it does scroll
         box.focus()
         assert box.evaluate("p => document.activeElement === p")
-        page.keyboard.press("End")
-        assert box.evaluate("p => p.scrollTop > 0")
+        page.keyboard.press("End")  # scrolls the box (smoothly: wait for it to move)
+        page.wait_for_function("p => p.scrollTop > 0", arg=box.element_handle(), timeout=5000)
         page.add_script_tag(path=str(script))
         assert page.evaluate(AXE_RUN) == []
     finally:
