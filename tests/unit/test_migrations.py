@@ -416,6 +416,22 @@ def test_0015_fills_the_rollup_from_the_two_hours_before_the_newest_end(fresh_ur
         store.close()
 
 
+def refused_at_start(url: str, match: str, folder: pathlib.Path,
+                     *commands: list[str]) -> list[subprocess.CompletedProcess[str]]:
+    """The app refuses ``url`` at its start (ConfigError matching ``match``), and each of
+    ``commands`` exits 1 without a traceback; their processes, to read their one line."""
+    with pytest.raises(ConfigError, match=match):
+        create_app({"TESTING": True, "DATABASE_URL": url, "SECRET_KEY": "x",
+                    "BOOTSTRAP_ADMIN": False}, serving=False)
+    env = {**os.environ, "QUEUELOG_DATABASE_URL": url, "QUEUELOG_SECRET_KEY": "x",
+           "QUEUELOG_BOOTSTRAP_ADMIN": "false", "PYTHONPATH": str(ROOT)}
+    procs = [subprocess.run([sys.executable, "-m", "queuelog", *args], env=env, cwd=folder,
+                            capture_output=True, text=True, timeout=120) for args in commands]
+    for proc in procs:
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, (proc.args, proc.stderr)
+    return procs
+
+
 def test_a_database_a_newer_release_upgraded_is_refused_in_one_line(fresh_url, tmp_path):
     """A revision this release does not know (a newer queuelog's): every start and command
     says so in one line, exit 1, and changes nothing; Alembic's CommandError was a
@@ -425,18 +441,10 @@ def test_a_database_a_newer_release_upgraded_is_refused_in_one_line(fresh_url, t
     with store.engine.begin() as conn:
         conn.exec_driver_sql("UPDATE alembic_version SET version_num = '9999'")
     store.close()
-    with pytest.raises(ConfigError, match="revision 9999, which this release"):
-        create_app({"TESTING": True, "DATABASE_URL": fresh_url, "SECRET_KEY": "x",
-                    "BOOTSTRAP_ADMIN": False}, serving=False)
-    env = {**os.environ, "QUEUELOG_DATABASE_URL": fresh_url, "QUEUELOG_SECRET_KEY": "x",
-           "QUEUELOG_BOOTSTRAP_ADMIN": "false", "PYTHONPATH": str(ROOT)}
     # Every command and start goes through migrate.upgrade: two commands show the one line.
-    for args in (["keys", "list"], ["db", "upgrade"]):
-        proc = subprocess.run([sys.executable, "-m", "queuelog", *args], env=env,
-                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 1, (args, proc.stderr)
-        assert "Traceback" not in proc.stderr, (args, proc.stderr)
-        assert "revision 9999, which this release of queuelog" in proc.stderr, args
+    for proc in refused_at_start(fresh_url, "revision 9999, which this release", tmp_path,
+                                 ["keys", "list"], ["db", "upgrade"]):
+        assert "revision 9999, which this release of queuelog" in proc.stderr, proc.args
     looked = Store(fresh_url)
     assert current(looked.engine) == "9999"  # nothing was changed
     looked.close()
@@ -450,14 +458,7 @@ def test_a_database_another_application_made_is_refused_in_one_line(fresh_url, t
     with engine.begin() as conn:
         conn.exec_driver_sql("CREATE TABLE jobs (x INTEGER)")
     engine.dispose()
-    with pytest.raises(ConfigError, match="DATABASE_URL"):
-        create_app({"TESTING": True, "DATABASE_URL": fresh_url, "SECRET_KEY": "x",
-                    "BOOTSTRAP_ADMIN": False}, serving=False)
-    env = {**os.environ, "QUEUELOG_DATABASE_URL": fresh_url, "QUEUELOG_SECRET_KEY": "x",
-           "QUEUELOG_BOOTSTRAP_ADMIN": "false", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "queuelog", "keys", "list"], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    [proc] = refused_at_start(fresh_url, "DATABASE_URL", tmp_path, ["keys", "list"])
     assert proc.stderr.startswith("Error: configuration: DATABASE_URL "), proc.stderr
 
 
