@@ -162,18 +162,18 @@ def dashboard_jobs(who: Principal, *, q: str | None = None, **filters: Any) -> P
         # isdecimal, not isdigit: "²" and "①" are digits that int() refuses.
         match_id = int(digits) if digits.isdecimal() and int(digits) < 2 ** 63 else 0
         match_key = q if who.is_admin else None
-    store, scope = get_store(), scope_of(who)
-    page = store.list_jobs(scope=scope, match_id=match_id, match_key=match_key, **filters)
-    if not page.jobs and filters.get("after") is not None:
-        # Nothing newer: the jobs the Newer link paged back to left the list (retried,
-        # purged). An empty page would offer no link on; show the newest page instead.
-        page = store.list_jobs(scope=scope, match_id=match_id, match_key=match_key,
-                               **{**filters, "after": None, "before": None})
-    elif not page.jobs and filters.get("before") is not None:
-        # Likewise past the oldest: the oldest page (walked up from id 0), with no Older.
-        page = store.list_jobs(scope=scope, match_id=match_id, match_key=match_key,
-                               **{**filters, "after": 0, "before": None})
-        page = dataclasses.replace(page, older=None)
+    def listed(**cursors: Any) -> Page:
+        return get_store().list_jobs(scope=scope_of(who), match_id=match_id,
+                                     match_key=match_key, **{**filters, **cursors})
+    page = listed()
+    newer, older = filters.get("after") is not None, filters.get("before") is not None
+    if not page.jobs and (newer or older):
+        # The jobs a Newer or Older link paged to left the list (retried, purged): an empty
+        # page would offer no link on, so show that end instead, the newest page or the
+        # oldest (walked up from id 0, with no Older).
+        page = listed(after=None if newer else 0, before=None)
+        if not newer:
+            page = dataclasses.replace(page, older=None)
     return dataclasses.replace(page, jobs=[visible(j, who) for j in page.jobs])
 
 

@@ -190,8 +190,8 @@ def query(name: str, args: Mapping[str, str] | None = None,
     """The query string (``request.args`` unless given) checked against ``QUERIES[name]``.
 
     A parameter the declaration lacks, or one given twice, is a 400 naming it: a mistyped
-    filter silently ignored would answer as if every job matched it. An ``integer`` is read from ASCII
-    digits (anything else stays a string, so the error says "Must be an integer.").
+    filter silently ignored would answer as if every job matched it. An ``integer`` is read
+    from ASCII digits (anything else stays a string, so the error says "Must be an integer.").
     """
     declared = _declared(current_app)[name]
     source = request.args if args is None else args
